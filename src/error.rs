@@ -1,0 +1,134 @@
+//! The errors of the upload and download endpoints, and the one place where each becomes an HTTP
+//! status and the JSON body of contract §9.
+
+use serde_json::json;
+
+use crate::http::Response;
+use crate::names::NameError;
+
+/// Everything that can go wrong on `/upload.php` and `/download.php`.
+#[derive(Debug)]
+pub enum ApiError {
+    TokenInvalide,
+    FichierAbsent,
+    RequeteInvalide(String),
+    NomInvalide(NameError),
+    FichierTropVolumineux(u64),
+    FichierIntrouvable,
+    MethodeNonAutorisee(&'static str),
+    PlageInvalide(u64),
+    StockagePlein(String),
+    ErreurInterne(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::TokenInvalide => 401,
+            ApiError::FichierAbsent | ApiError::RequeteInvalide(_) | ApiError::NomInvalide(_) => {
+                400
+            }
+            ApiError::FichierTropVolumineux(_) => 413,
+            ApiError::FichierIntrouvable => 404,
+            ApiError::MethodeNonAutorisee(_) => 405,
+            ApiError::PlageInvalide(_) => 416,
+            ApiError::StockagePlein(_) => 507,
+            ApiError::ErreurInterne(_) => 500,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::TokenInvalide => "token_invalide",
+            ApiError::FichierAbsent => "fichier_absent",
+            ApiError::RequeteInvalide(_) => "requete_invalide",
+            ApiError::NomInvalide(_) => "nom_invalide",
+            ApiError::FichierTropVolumineux(_) => "fichier_trop_volumineux",
+            ApiError::FichierIntrouvable => "fichier_introuvable",
+            ApiError::MethodeNonAutorisee(_) => "methode_non_autorisee",
+            ApiError::PlageInvalide(_) => "plage_invalide",
+            ApiError::StockagePlein(_) => "stockage_plein",
+            ApiError::ErreurInterne(_) => "erreur_interne",
+        }
+    }
+
+    /// The French sentence sent to the client. Internal details are never sent (they are logged).
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::TokenInvalide => "Token d'accès absent ou invalide.".into(),
+            ApiError::FichierAbsent => {
+                "Aucun fichier reçu : envoyer le fichier dans le champ « fichier » (curl -F fichier=@chemin)."
+                    .into()
+            }
+            ApiError::RequeteInvalide(why) => format!("Requête invalide : {why}."),
+            ApiError::NomInvalide(e) => format!("Nom de fichier invalide : {e}."),
+            ApiError::FichierTropVolumineux(max) => {
+                format!("Fichier trop volumineux : {max} octets au maximum.")
+            }
+            ApiError::FichierIntrouvable => "Fichier introuvable ou expiré.".into(),
+            ApiError::MethodeNonAutorisee(allow) => {
+                format!("Méthode non autorisée (méthodes acceptées : {allow}).")
+            }
+            ApiError::PlageInvalide(_) => "Plage d'octets (Range) impossible à satisfaire.".into(),
+            ApiError::StockagePlein(_) => {
+                "Espace de stockage insuffisant : réessayer plus tard ou avec un fichier plus petit."
+                    .into()
+            }
+            ApiError::ErreurInterne(_) => "Erreur interne du serveur.".into(),
+        }
+    }
+
+    /// The HTTP answer: status, JSON body, and the headers some statuses require.
+    pub fn to_response(&self) -> Response {
+        let body = json!({"succes": false, "erreur": self.code(), "message": self.message()});
+        let r = Response::json(self.status(), &body)
+            .header("Cache-Control", "no-store")
+            .header("X-Content-Type-Options", "nosniff");
+        match self {
+            ApiError::MethodeNonAutorisee(allow) => r.header("Allow", *allow),
+            ApiError::PlageInvalide(size) => r.header("Content-Range", format!("bytes */{size}")),
+            ApiError::TokenInvalide => r.header("WWW-Authenticate", "Bearer"),
+            _ => r,
+        }
+    }
+}
+
+impl From<NameError> for ApiError {
+    fn from(e: NameError) -> Self {
+        ApiError::NomInvalide(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::ResponseBody;
+
+    #[test]
+    fn every_error_has_its_status_code_and_json_body() {
+        let all = [
+            (ApiError::TokenInvalide, 401, "token_invalide"),
+            (ApiError::FichierAbsent, 400, "fichier_absent"),
+            (ApiError::RequeteInvalide("x".into()), 400, "requete_invalide"),
+            (ApiError::NomInvalide(NameError::Empty), 400, "nom_invalide"),
+            (ApiError::FichierTropVolumineux(9), 413, "fichier_trop_volumineux"),
+            (ApiError::FichierIntrouvable, 404, "fichier_introuvable"),
+            (ApiError::MethodeNonAutorisee("POST"), 405, "methode_non_autorisee"),
+            (ApiError::PlageInvalide(3), 416, "plage_invalide"),
+            (ApiError::StockagePlein("x".into()), 507, "stockage_plein"),
+            (ApiError::ErreurInterne("x".into()), 500, "erreur_interne"),
+        ];
+        for (e, status, code) in all {
+            let r = e.to_response();
+            assert_eq!(r.status, status);
+            let ResponseBody::Bytes(b) = &r.body else {
+                panic!("no body")
+            };
+            let v: serde_json::Value = serde_json::from_slice(b).unwrap();
+            assert_eq!(v["succes"], false);
+            assert_eq!(v["erreur"], code);
+            assert!(!v["message"].as_str().unwrap().is_empty());
+            assert_eq!(v.as_object().unwrap().len(), 3);
+        }
+    }
+}

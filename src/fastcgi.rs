@@ -1,0 +1,1 @@
+//! FastCGI responder (streaming), CGI one-shot mode. STUB — in progress.

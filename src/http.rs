@@ -1,0 +1,389 @@
+//! Transport-neutral request and response types shared by FastCGI, CGI and the handlers.
+//!
+//! A [`Request`] is the CGI variables plus a streamed body; a [`Response`] is a status, headers and
+//! a body (bytes, or a slice of an open file). [`write_response`] turns a response into the CGI
+//! output format (`Status:` line, headers, blank line, body) on any `AsyncWrite`; the FastCGI layer
+//! wraps that writer in STDOUT records, the CGI layer writes it to stdout.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// CGI/FastCGI parameters (`REQUEST_METHOD`, `HTTP_AUTHORIZATION`, …), values kept as raw bytes.
+#[derive(Debug, Default, Clone)]
+pub struct Params(HashMap<String, Vec<u8>>);
+
+impl Params {
+    pub fn new() -> Self {
+        Self(HashMap::new())
+    }
+
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
+        self.0.insert(name.into(), value.into());
+    }
+
+    /// The value as UTF-8 text, `None` when absent or not UTF-8.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    pub fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.0.get(name).map(|v| v.as_slice())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Vec<u8>)> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<K: Into<String>, V: Into<Vec<u8>>> FromIterator<(K, V)> for Params {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Self(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+/// The request body, pulled chunk by chunk from the transport (FastCGI STDIN records, CGI stdin).
+///
+/// The transport feeds a bounded channel, so at most a few chunks are ever held in memory. The
+/// transport itself drains whatever the handler did not read before it answers (mod_fcgid turns an
+/// answer sent before the end of STDIN into a 500).
+pub struct Body {
+    rx: Option<mpsc::Receiver<io::Result<Bytes>>>,
+}
+
+/// How many body chunks may wait between the transport and the handler.
+pub const BODY_CHANNEL_DEPTH: usize = 4;
+
+impl Body {
+    /// A body fed by the returned sender; dropping the sender ends the body.
+    pub fn channel() -> (mpsc::Sender<io::Result<Bytes>>, Body) {
+        let (tx, rx) = mpsc::channel(BODY_CHANNEL_DEPTH);
+        (tx, Body { rx: Some(rx) })
+    }
+
+    /// An empty body.
+    pub fn empty() -> Body {
+        Body { rx: None }
+    }
+
+    /// A body holding the given bytes (tests, fuzzing).
+    pub fn from_bytes(data: impl Into<Bytes>) -> Body {
+        let data = data.into();
+        let (tx, body) = Body::channel();
+        if !data.is_empty() {
+            // The channel has room for one chunk: this cannot fail.
+            let _ = tx.try_send(Ok(data));
+        }
+        body
+    }
+
+    /// The next chunk, `Ok(None)` at the end of the body.
+    pub async fn chunk(&mut self) -> io::Result<Option<Bytes>> {
+        match self.rx.as_mut() {
+            None => Ok(None),
+            Some(rx) => match rx.recv().await {
+                None => {
+                    self.rx = None;
+                    Ok(None)
+                }
+                Some(Ok(b)) => Ok(Some(b)),
+                Some(Err(e)) => {
+                    self.rx = None;
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    /// Reads the whole body if it is at most `limit` bytes; `Ok(None)` when it is larger (the rest is
+    /// left for the transport to drain).
+    pub async fn read_to_end_limited(&mut self, limit: usize) -> io::Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        while let Some(chunk) = self.chunk().await? {
+            if out.len() + chunk.len() > limit {
+                return Ok(None);
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Some(out))
+    }
+}
+
+impl Stream for Body {
+    type Item = io::Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.rx.as_mut() {
+            None => Poll::Ready(None),
+            Some(rx) => match rx.poll_recv(cx) {
+                Poll::Ready(None) => {
+                    self.rx = None;
+                    Poll::Ready(None)
+                }
+                other => other,
+            },
+        }
+    }
+}
+
+/// One request, as the web server describes it.
+pub struct Request {
+    pub params: Params,
+    pub body: Body,
+}
+
+impl Request {
+    pub fn method(&self) -> &str {
+        self.params.get("REQUEST_METHOD").unwrap_or("GET")
+    }
+
+    /// An HTTP request header, by its HTTP name (`Authorization`, `Origin`, `MCP-Protocol-Version`).
+    /// An empty value counts as absent (a mod_rewrite `[E=HTTP_AUTHORIZATION:…]` sets it empty).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let key = cgi_header_name(name);
+        let v = self.params.get(&key).or_else(|| {
+            // `FcgidPassHeader Authorization` passes the raw name too.
+            self.params.get(name)
+        })?;
+        if v.is_empty() { None } else { Some(v) }
+    }
+
+    /// The `QUERY_STRING`, empty when absent.
+    pub fn query(&self) -> &[u8] {
+        self.params.get_bytes("QUERY_STRING").unwrap_or(b"")
+    }
+}
+
+/// `Content-Type` → `CONTENT_TYPE`, `Authorization` → `HTTP_AUTHORIZATION`.
+fn cgi_header_name(name: &str) -> String {
+    let upper = name.to_ascii_uppercase().replace('-', "_");
+    match upper.as_str() {
+        "CONTENT_TYPE" | "CONTENT_LENGTH" => upper,
+        _ => format!("HTTP_{upper}"),
+    }
+}
+
+/// What follows the headers.
+pub enum ResponseBody {
+    /// No body (HEAD, 202, 204); `Content-Length`, if any, is set by the handler.
+    Empty,
+    /// A small body held in memory; `Content-Length` is added by [`write_response`].
+    Bytes(Vec<u8>),
+    /// `len` bytes of an open file from `offset`; `Content-Length` is added by [`write_response`].
+    /// When every byte has been handed to the web server, the file's mtime is set to now if
+    /// `touch_when_sent` (the "last download" clock of the contract, §2.2).
+    File {
+        file: File,
+        offset: u64,
+        len: u64,
+        touch_when_sent: bool,
+    },
+}
+
+/// A complete answer.
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: ResponseBody,
+}
+
+impl Response {
+    pub fn new(status: u16) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: ResponseBody::Empty,
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.headers.push((name.to_string(), value.into()));
+        self
+    }
+
+    /// A JSON body (`Content-Type: application/json`).
+    pub fn json(status: u16, value: &serde_json::Value) -> Self {
+        let mut body = serde_json::to_vec(value).expect("a JSON value always serialises");
+        body.push(b'\n');
+        Response::new(status)
+            .header("Content-Type", "application/json")
+            .with_body(body)
+    }
+
+    pub fn with_body(mut self, body: Vec<u8>) -> Self {
+        self.body = ResponseBody::Bytes(body);
+        self
+    }
+
+    /// Drops the body but keeps its `Content-Length` (the answer to a HEAD).
+    pub fn head_only(mut self) -> Self {
+        let len = match &self.body {
+            ResponseBody::Empty => None,
+            ResponseBody::Bytes(b) => Some(b.len() as u64),
+            ResponseBody::File { len, .. } => Some(*len),
+        };
+        if let Some(len) = len {
+            self.headers
+                .push(("Content-Length".to_string(), len.to_string()));
+        }
+        self.body = ResponseBody::Empty;
+        self
+    }
+
+    pub fn get_header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The reason phrase sent on the `Status:` line.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        202 => "Accepted",
+        204 => "No Content",
+        206 => "Partial Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        413 => "Content Too Large",
+        416 => "Range Not Satisfiable",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        507 => "Insufficient Storage",
+        _ => "Unknown",
+    }
+}
+
+/// Size of the reads from a file being sent (one FastCGI record at most).
+pub const FILE_CHUNK: usize = 64 * 1024 - 8;
+
+/// Writes `resp` in CGI response format. An error means the client (or the web server) is gone: callers treat it as such, never as a crash.
+pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) -> io::Result<()> {
+    let mut head = format!("Status: {} {}\r\n", resp.status, reason_phrase(resp.status));
+    for (n, v) in &resp.headers {
+        // Header values are built by this program; strip CR/LF all the same (defence in depth).
+        let v: String = v.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+        head.push_str(n);
+        head.push_str(": ");
+        head.push_str(&v);
+        head.push_str("\r\n");
+    }
+    match resp.body {
+        ResponseBody::Empty => {
+            head.push_str("\r\n");
+            out.write_all(head.as_bytes()).await?;
+        }
+        ResponseBody::Bytes(b) => {
+            head.push_str(&format!("Content-Length: {}\r\n\r\n", b.len()));
+            out.write_all(head.as_bytes()).await?;
+            out.write_all(&b).await?;
+        }
+        ResponseBody::File {
+            file,
+            offset,
+            len,
+            touch_when_sent,
+        } => {
+            head.push_str(&format!("Content-Length: {len}\r\n\r\n"));
+            out.write_all(head.as_bytes()).await?;
+            send_file_range(&file, offset, len, out).await?;
+            out.flush().await?;
+            if touch_when_sent {
+                // The inode we served, even if the name was re-published meanwhile; an unlinked
+                // file is touched harmlessly.
+                let _ = file.set_modified(std::time::SystemTime::now());
+            }
+            return Ok(());
+        }
+    }
+    out.flush().await
+}
+
+/// Streams `len` bytes of `file` from `offset` to `out`, in bounded chunks.
+async fn send_file_range<W: AsyncWrite + Unpin>(
+    file: &File,
+    mut offset: u64,
+    len: u64,
+    out: &mut W,
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; FILE_CHUNK];
+    let mut left = len;
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        // Local-disk reads of a page-cached file: short enough to do inline on this thread.
+        let n = file.read_at(&mut buf[..want], offset)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "fichier tronqué pendant l'envoi",
+            ));
+        }
+        out.write_all(&buf[..n]).await?;
+        offset += n as u64;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn cgi_output_format() {
+        let r = Response::json(404, &serde_json::json!({"succes": false}));
+        let mut out = Vec::new();
+        write_response(r, &mut out).await.unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("Status: 404 Not Found\r\nContent-Type: application/json\r\n"));
+        assert!(s.contains("Content-Length: 17\r\n\r\n{\"succes\":false}\n"));
+    }
+
+    #[tokio::test]
+    async fn header_lookup_ignores_empty_values() {
+        let req = Request {
+            params: [("HTTP_AUTHORIZATION", ""), ("CONTENT_TYPE", "x/y")]
+                .into_iter()
+                .collect(),
+            body: Body::empty(),
+        };
+        assert_eq!(req.header("Authorization"), None);
+        assert_eq!(req.header("content-type"), Some("x/y"));
+    }
+
+    #[tokio::test]
+    async fn body_limit() {
+        let mut b = Body::from_bytes(&b"hello"[..]);
+        assert_eq!(b.read_to_end_limited(4).await.unwrap(), None);
+        let mut b = Body::from_bytes(&b"hello"[..]);
+        assert_eq!(
+            b.read_to_end_limited(5).await.unwrap().as_deref(),
+            Some(&b"hello"[..])
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! The operations log `<dossier_log>/depot-fichiers.log` (contract §8): one `write` per line in
+//! append mode, host-name prefix, size-bounded rotation, secrets redacted by the callers through
+//! [`redact`].
+//!
+//! A log that cannot be written never stops a request: the problem is reported on stderr (which
+//! mod_fcgid puts in Apache's error log) and the request goes on.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+pub const LOG_FILE: &str = "depot-fichiers.log";
+
+/// The log of one process.
+pub struct Log {
+    path: PathBuf,
+    host: String,
+    debug: bool,
+    max_bytes: u64,
+    keep: u32,
+}
+
+/// The short host name from `/etc/hostname` (first label), `?` if unreadable.
+pub fn short_hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .and_then(|s| {
+            let h = s.trim().split('.').next()?.trim().to_string();
+            (!h.is_empty()).then_some(h)
+        })
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// A secret reduced to a few leading characters: `abcd…`.
+pub fn redact(secret: &str) -> String {
+    let head: String = secret.chars().take(4).collect();
+    format!("{head}…")
+}
+
+/// A query string with the value of `token=` redacted.
+pub fn redact_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if k.eq_ignore_ascii_case("token") => format!("{k}={}", redact(v)),
+            _ => pair.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+impl Log {
+    /// Creates the folder (0700) if missing. Never fails: problems show up at write time.
+    pub fn open(dir: &Path, debug: bool, max_bytes: u64, keep: u32) -> Log {
+        if let Err(e) = create_private_dir(dir) {
+            eprintln!(
+                "depot-fichiers : dossier de journal {} inutilisable : {e}",
+                dir.display()
+            );
+        }
+        Log {
+            path: dir.join(LOG_FILE),
+            host: short_hostname(),
+            debug,
+            max_bytes,
+            keep,
+        }
+    }
+
+    pub fn debug_enabled(&self) -> bool {
+        self.debug
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// One significant operation.
+    pub fn line(&self, text: &str) {
+        let now = jiff::Zoned::now();
+        let mut line = format!(
+            "[{}] [{}] {}\n",
+            now.strftime("%Y-%m-%d %H:%M:%S"),
+            self.host,
+            text.replace(['\n', '\r'], " ")
+        );
+        // Keep a runaway line (debug dumps) from blowing the size bound.
+        if line.len() > 16 * 1024 {
+            let mut cut = 16 * 1024 - 2;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+            line.push_str("…\n");
+        }
+        if let Err(e) = self.append(line.as_bytes()) {
+            eprintln!(
+                "depot-fichiers : écriture du journal {} impossible : {e}",
+                self.path.display()
+            );
+        }
+    }
+
+    /// Only with `debug = true`.
+    pub fn debug(&self, text: &str) {
+        if self.debug {
+            self.line(&format!("DEBUG {text}"));
+        }
+    }
+
+    fn append(&self, line: &[u8]) -> io::Result<()> {
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&self.path)?;
+        // One write(2) in O_APPEND mode: concurrent lines never interleave.
+        f.write_all(line)?;
+        if f.metadata()?.len() > self.max_bytes {
+            self.rotate(&f)?;
+        }
+        Ok(())
+    }
+
+    /// Shifts `.log` → `.log.1` → … → `.log.N`, under an exclusive lock on the live file so that
+    /// two processes do not rotate twice.
+    fn rotate(&self, live: &File) -> io::Result<()> {
+        live.lock()?;
+        // Someone else may have rotated already: only rotate if the path still is this inode.
+        let same = std::fs::metadata(&self.path)
+            .map(|m| m.ino() == live.metadata().map(|l| l.ino()).unwrap_or(0))
+            .unwrap_or(false);
+        if same && live.metadata()?.len() > self.max_bytes {
+            let numbered = |i: u32| PathBuf::from(format!("{}.{i}", self.path.display()));
+            if self.keep == 0 {
+                std::fs::remove_file(&self.path)?;
+            } else {
+                let _ = std::fs::remove_file(numbered(self.keep));
+                for i in (1..self.keep).rev() {
+                    let _ = std::fs::rename(numbered(i), numbered(i + 1));
+                }
+                std::fs::rename(&self.path, numbered(1))?;
+            }
+        }
+        live.unlock()
+    }
+}
+
+/// `mkdir -p` with mode 0700 for what it creates.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_have_the_contract_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), false, 1 << 20, 3);
+        log.line("POST /upload.php — dépôt \"a.txt\" (3 octets) — OK");
+        log.debug("invisible");
+        let text = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        assert_eq!(text.lines().count(), 1);
+        let l = text.lines().next().unwrap();
+        assert!(l.starts_with('['));
+        assert_eq!(&l[20..22], "] ");
+        assert!(l.ends_with("— OK"));
+        let mode = std::fs::metadata(dir.path().join(LOG_FILE))
+            .unwrap()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn rotation_keeps_n_files_and_bounds_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), true, 1000, 2);
+        for i in 0..200 {
+            log.line(&format!("ligne {i} {}", "x".repeat(40)));
+        }
+        let live = std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len();
+        assert!(live <= 1000 + 100, "live log is {live} bytes");
+        assert!(dir.path().join("depot-fichiers.log.1").exists());
+        assert!(dir.path().join("depot-fichiers.log.2").exists());
+        assert!(!dir.path().join("depot-fichiers.log.3").exists());
+        let last = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        assert!(last.contains("ligne 199"));
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("0123456789abcdef"), "0123…");
+        assert_eq!(
+            redact_query("fichier=a&token=0123456789abcdef"),
+            "fichier=a&token=0123…"
+        );
+        let l = "x".repeat(100_000);
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), false, 1 << 20, 1);
+        log.line(&l);
+        assert!(std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len() < 17 * 1024);
+    }
+}

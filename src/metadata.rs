@@ -1,0 +1,65 @@
+//! `GET|HEAD /.well-known/oauth-protected-resource[/mcp.php]`: RFC 9728 metadata computed from the
+//! configuration, no network call (contract §2.4).
+
+use serde_json::json;
+
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::http::{Request, Response};
+use crate::router::App;
+
+/// The metadata document.
+pub fn document(cfg: &Config) -> serde_json::Value {
+    let scopes: Vec<&str> = if cfg.oauth_scope_requis.is_empty() {
+        vec![]
+    } else {
+        vec![cfg.oauth_scope_requis.as_str()]
+    };
+    json!({
+        "resource": cfg.mcp_resource_url,
+        "authorization_servers": [cfg.oauth_url],
+        "scopes_supported": scopes,
+        "bearer_methods_supported": ["header"],
+    })
+}
+
+/// The URL given in `resource_metadata` of the `WWW-Authenticate` challenges.
+pub fn path_suffixed_url(cfg: &Config) -> String {
+    format!("{}/.well-known/oauth-protected-resource/mcp.php", cfg.url_base)
+}
+
+pub fn handle(app: &App, req: &Request) -> Response {
+    let method = req.method();
+    if method != "GET" && method != "HEAD" {
+        return ApiError::MethodeNonAutorisee("GET, HEAD").to_response();
+    }
+    let r = Response::json(200, &document(&app.cfg))
+        .header("Cache-Control", "public, max-age=3600")
+        .header("Access-Control-Allow-Origin", "*")
+        .header("X-Content-Type-Options", "nosniff");
+    if method == "HEAD" { r.head_only() } else { r }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_matches_the_contract_field_by_field() {
+        let mut cfg = crate::config::parse(crate::config::tests::MINIMAL).unwrap();
+        let d = document(&cfg);
+        assert_eq!(
+            d,
+            json!({"resource": "https://depot.example.org/mcp.php",
+                   "authorization_servers": ["https://oauth.example.org"],
+                   "scopes_supported": [],
+                   "bearer_methods_supported": ["header"]})
+        );
+        cfg.oauth_scope_requis = "fichiers:lire".into();
+        cfg.oauth_url = "https://oauth.example.org/".into();
+        let d = document(&cfg);
+        assert_eq!(d["scopes_supported"], json!(["fichiers:lire"]));
+        // Exactly as configured: no slash added or removed.
+        assert_eq!(d["authorization_servers"], json!(["https://oauth.example.org/"]));
+    }
+}

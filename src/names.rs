@@ -1,0 +1,296 @@
+//! The single choke point where a name from the outside (multipart file name, `fichier=` query
+//! parameter, MCP `nom_fichier`) becomes a stored name (contract §5), and the encodings of a stored
+//! name for URLs and `Content-Disposition`.
+//!
+//! [`Name::parse`] is the only constructor of [`Name`]; the store builds paths from a [`Name`] only.
+
+use std::fmt;
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// Longest accepted name in bytes: with `.json` the sidecar still fits the usual 255-byte limit.
+pub const MAX_NAME_BYTES: usize = 250;
+
+/// Names the store uses for itself inside `dossier_fichiers`.
+pub const RESERVED: &[&str] = &[".meta", ".tmp"];
+
+/// A name that passed the choke point: safe as a single path component inside the store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Name(String);
+
+/// Why a name was refused; each maps to 400 `nom_invalide` (upload, download) or `-32602` (MCP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameError {
+    Empty,
+    DotName,
+    InvalidUtf8,
+    ControlCharacter,
+    TooLong,
+    Reserved,
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NameError::Empty => "nom de fichier vide",
+            NameError::DotName => "les noms « . » et « .. » sont interdits",
+            NameError::InvalidUtf8 => "le nom de fichier n'est pas de l'UTF-8 valide",
+            NameError::ControlCharacter => "le nom de fichier contient un caractère de contrôle",
+            NameError::TooLong => "nom de fichier trop long (250 octets au plus)",
+            NameError::Reserved => "nom réservé au fonctionnement du dépôt",
+        })
+    }
+}
+
+impl std::error::Error for NameError {}
+
+/// PHP's `basename()` on Linux: trailing `/` removed, then the last `/`-separated segment.
+fn php_basename(raw: &[u8]) -> &[u8] {
+    let mut end = raw.len();
+    while end > 0 && raw[end - 1] == b'/' {
+        end -= 1;
+    }
+    let trimmed = &raw[..end];
+    match trimmed.iter().rposition(|&b| b == b'/') {
+        Some(i) => &trimmed[i + 1..],
+        None => trimmed,
+    }
+}
+
+impl Name {
+    /// The choke point: basename as PHP does, then every rule of contract §5.
+    pub fn parse(raw: &[u8]) -> Result<Name, NameError> {
+        let base = php_basename(raw);
+        if base.is_empty() {
+            return Err(NameError::Empty);
+        }
+        let s = std::str::from_utf8(base).map_err(|_| NameError::InvalidUtf8)?;
+        if s == "." || s == ".." {
+            return Err(NameError::DotName);
+        }
+        // C0 controls (NUL, LF, CR…), DEL and the C1 controls.
+        if s.chars().any(char::is_control) {
+            return Err(NameError::ControlCharacter);
+        }
+        if s.len() > MAX_NAME_BYTES {
+            return Err(NameError::TooLong);
+        }
+        if RESERVED.contains(&s) {
+            return Err(NameError::Reserved);
+        }
+        Ok(Name(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The sidecar's file name inside `.meta/`.
+    pub fn sidecar_file_name(&self) -> String {
+        format!("{}.json", self.0)
+    }
+
+    /// The name percent-encoded per RFC 3986 (only unreserved characters left as they are), for a
+    /// query-string value or an RFC 8187 `filename*`.
+    pub fn percent_encoded(&self) -> String {
+        utf8_percent_encode(&self.0, UNRESERVED_COMPLEMENT).to_string()
+    }
+
+    /// `attachment; filename="<ASCII fallback>"; filename*=UTF-8''<percent-encoded>` (RFC 6266).
+    pub fn content_disposition(&self) -> String {
+        let fallback: String = self
+            .0
+            .chars()
+            .map(|c| {
+                if !c.is_ascii() || c.is_ascii_control() || c == '"' || c == '\\' {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect();
+        format!(
+            "attachment; filename=\"{fallback}\"; filename*=UTF-8''{}",
+            self.percent_encoded()
+        )
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Everything but RFC 3986 unreserved characters (`A-Z a-z 0-9 - . _ ~`).
+const UNRESERVED_COMPLEMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes any text with the same rule as [`Name::percent_encoded`].
+pub fn percent_encode(s: &str) -> String {
+    utf8_percent_encode(s, UNRESERVED_COMPLEMENT).to_string()
+}
+
+/// The download link of a stored name (contract §2.1).
+pub fn download_url(url_base: &str, name: &Name, token: &str) -> String {
+    format!(
+        "{url_base}/download.php?fichier={}&token={}",
+        name.percent_encoded(),
+        percent_encode(token)
+    )
+}
+
+/// Decodes a query string as PHP's `$_GET` does for plain keys: `&`-separated pairs, `+` as space,
+/// percent-decoding, and for a repeated key the last value wins. Values stay raw bytes (they may
+/// not be UTF-8; the name choke point decides).
+pub fn query_param(query: &[u8], key: &str) -> Option<Vec<u8>> {
+    let mut found = None;
+    for pair in query.split(|&b| b == b'&') {
+        if pair.is_empty() {
+            continue;
+        }
+        let (k, v) = match pair.iter().position(|&b| b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, &b""[..]),
+        };
+        if form_decode(k) == key.as_bytes() {
+            found = Some(form_decode(v));
+        }
+    }
+    found
+}
+
+/// `application/x-www-form-urlencoded` decoding of one component, to bytes.
+fn form_decode(s: &[u8]) -> Vec<u8> {
+    let plus: Vec<u8> = s
+        .iter()
+        .map(|&b| if b == b'+' { b' ' } else { b })
+        .collect();
+    percent_encoding::percent_decode(&plus).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_inputs_are_reduced_or_rejected() {
+        let long = "a".repeat(300);
+        let table: &[(&[u8], Result<&str, NameError>)] = &[
+            (b"../x", Ok("x")),
+            (b"a/../../b", Ok("b")),
+            (b"/etc/passwd", Ok("passwd")),
+            (b"x/", Ok("x")),
+            (b"dir//", Ok("dir")),
+            (b"..", Err(NameError::DotName)),
+            (b".", Err(NameError::DotName)),
+            (b"a/..", Err(NameError::DotName)),
+            (b"../", Err(NameError::DotName)),
+            (b"", Err(NameError::Empty)),
+            (b"/", Err(NameError::Empty)),
+            (b"///", Err(NameError::Empty)),
+            (b"a\0b", Err(NameError::ControlCharacter)),
+            (b"a\nb", Err(NameError::ControlCharacter)),
+            (b"a\rb", Err(NameError::ControlCharacter)),
+            (b"a\x7fb", Err(NameError::ControlCharacter)),
+            (b"a\tb", Err(NameError::ControlCharacter)),
+            ("a\u{85}b".as_bytes(), Err(NameError::ControlCharacter)),
+            (long.as_bytes(), Err(NameError::TooLong)),
+            (b"\xff\xfe.txt", Err(NameError::InvalidUtf8)),
+            (b"caf\xc3", Err(NameError::InvalidUtf8)),
+            (b".meta", Err(NameError::Reserved)),
+            (b".tmp", Err(NameError::Reserved)),
+            (b"x/.meta", Err(NameError::Reserved)),
+            (b".bashrc", Ok(".bashrc")),
+            (b".meta.json", Ok(".meta.json")),
+            (b"...", Ok("...")),
+            (b"a\\b", Ok("a\\b")),
+        ];
+        for (raw, want) in table {
+            let got = Name::parse(raw);
+            match want {
+                Ok(s) => assert_eq!(got.as_ref().map(Name::as_str), Ok(*s), "{raw:?}"),
+                Err(e) => assert_eq!(got, Err(*e), "{raw:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn length_boundary() {
+        let ok = "é".repeat(125); // 250 bytes
+        assert_eq!(Name::parse(ok.as_bytes()).unwrap().as_str().len(), 250);
+        let ko = format!("{ok}a");
+        assert_eq!(Name::parse(ko.as_bytes()), Err(NameError::TooLong));
+    }
+
+    const ORDINARY: &[&str] = &[
+        "devis dupont.docx",
+        "élève àçcentué.pdf",
+        "photo 📷.jpg",
+        "a+b.txt",
+        "a&b=c.txt",
+        "#hash.txt",
+        "100%.txt",
+        "a;b.txt",
+        "dit \"bonjour\".txt",
+        "?question.txt",
+        "tilde~under_score-dash.txt",
+    ];
+
+    #[test]
+    fn ordinary_names_round_trip_through_the_download_url() {
+        for n in ORDINARY {
+            let name = Name::parse(n.as_bytes()).unwrap();
+            assert_eq!(name.as_str(), *n);
+            let url = download_url("https://d.example", &name, "tok_en");
+            let query = url.split_once('?').unwrap().1;
+            for forbidden in [' ', '#', '"', '+'] {
+                assert!(!query.contains(forbidden), "{url}");
+            }
+            let back = query_param(query.as_bytes(), "fichier").unwrap();
+            assert_eq!(back, n.as_bytes(), "{url}");
+            assert_eq!(query_param(query.as_bytes(), "token").unwrap(), b"tok_en");
+        }
+    }
+
+    #[test]
+    fn ordinary_names_round_trip_through_content_disposition() {
+        for n in ORDINARY {
+            let name = Name::parse(n.as_bytes()).unwrap();
+            let cd = name.content_disposition();
+            assert!(cd.is_ascii(), "{cd}");
+            let (fallback_part, star) = cd.split_once("; filename*=UTF-8''").unwrap();
+            let fallback = fallback_part
+                .strip_prefix("attachment; filename=\"")
+                .unwrap()
+                .strip_suffix('"')
+                .unwrap();
+            assert!(!fallback.contains('"') && !fallback.contains('\\'));
+            assert_eq!(fallback.chars().count(), n.chars().count());
+            let decoded: Vec<u8> = percent_encoding::percent_decode_str(star).collect();
+            assert_eq!(decoded, n.as_bytes());
+        }
+    }
+
+    #[test]
+    fn fallback_replaces_per_code_point() {
+        let name = Name::parse("é📷\"\\a".as_bytes()).unwrap();
+        assert!(
+            name.content_disposition()
+                .starts_with("attachment; filename=\"____a\"; ")
+        );
+    }
+
+    #[test]
+    fn php_get_semantics() {
+        assert_eq!(query_param(b"fichier=a+b%20c", "fichier").unwrap(), b"a b c");
+        assert_eq!(query_param(b"fichier=1&fichier=2", "fichier").unwrap(), b"2");
+        assert_eq!(query_param(b"fichier", "fichier").unwrap(), b"");
+        assert_eq!(query_param(b"x=1", "fichier"), None);
+        assert_eq!(query_param(b"fichier=%ff", "fichier").unwrap(), b"\xff");
+        assert_eq!(query_param(b"fich%69er=z", "fichier").unwrap(), b"z");
+    }
+}

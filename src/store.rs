@@ -4,7 +4,8 @@
 //! - `<name>`: a stored file; its mtime is the "last download" clock;
 //! - `.meta/<name>.json`: its sidecar, written once per upload, never rewritten;
 //! - `.tmp/*.part`: uploads being written (each flock-ed by its writer for its whole life);
-//! - `.tmp/verrou`: the store lock; `.tmp/balayage`: the sweep-cadence marker (its mtime).
+//! - `.tmp/verrou`: the store lock; `.tmp/balayage`: the sweep-cadence marker (its mtime);
+//!   `.tmp/echeance`: the earliest possible expiry (mtime) as of the last real scan (atime).
 //!
 //! Concurrency (several processes, any of which can be SIGKILLed):
 //! - publication renames the sidecar then the file under the store lock held exclusively, and
@@ -38,6 +39,9 @@ const META: &str = ".meta";
 const TMP: &str = ".tmp";
 const LOCK_FILE: &str = "verrou";
 const SWEEP_MARKER: &str = "balayage";
+const DEADLINE_MARKER: &str = "echeance";
+/// Longest time between two real scans of the store (see [`Store::sweep_now`]).
+const FORCED_SCAN_SECS: i64 = 60;
 const PART_SUFFIX: &str = ".part";
 
 /// The sidecar `.meta/<name>.json`, written once per upload and never rewritten.
@@ -110,6 +114,9 @@ pub struct SweepReport {
     /// False when skipped because another sweep finished less than `balayage_intervalle_min_ms`
     /// ago, or is running right now.
     pub full: bool,
+    /// True when every entry was read; false when the deadline marker proved that none can have
+    /// expired yet.
+    pub scanned: bool,
     pub removed_files: Vec<String>,
     pub removed_orphans: Vec<String>,
     pub removed_temporaries: Vec<String>,
@@ -143,13 +150,13 @@ pub fn now_secs() -> i64 {
 /// The verdict on one stored name, taken under the store lock.
 #[derive(Debug, PartialEq)]
 enum Verdict {
-    /// File and sidecar agree and neither clock has run out.
-    Live,
+    /// File and sidecar agree and neither clock has run out before the given second.
+    Live(i64),
     /// Expired, or a pair that does not belong together (sidecar unreadable or of another size):
     /// remove both now.
     Remove,
-    /// Half a pair, younger than `duree_max_depot_secondes`: leave it for now.
-    YoungOrphan,
+    /// Half a pair, younger than `duree_max_depot_secondes`: leave it until the given second.
+    YoungOrphan(i64),
     /// Nothing there.
     Absent,
 }
@@ -227,7 +234,7 @@ impl Store {
                 Err(std::fs::TryLockError::Error(e)) => return Err(e),
             }
         }
-        let report = self.sweep_full();
+        let report = self.sweep_now();
         // Stamp the end of this sweep: the marker's mtime is the shared cadence clock.
         if marker.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
             let _ = marker.set_len(1);
@@ -236,13 +243,41 @@ impl Store {
         report
     }
 
-    /// A full sweep regardless of the interval (`depot-fichiers sweep`).
+    /// A full sweep that does not read the stored files when none of them can have expired yet.
+    ///
+    /// The deadline marker's mtime is the earliest second at which a stored file or orphan can
+    /// expire, as of the last real scan (its atime). Until then a scan would find nothing to
+    /// remove: an upload or a download only ever creates deadlines later than that (a new file's
+    /// deadline is at least its publication plus the shorter delay, and every existing deadline is
+    /// at most that), and removals only take deadlines away. A real scan is still forced every
+    /// [`FORCED_SCAN_SECS`] to catch the leftovers of a process killed in the middle of a removal.
+    pub fn sweep_now(&self) -> io::Result<SweepReport> {
+        let now = now_secs();
+        if let Ok(m) = std::fs::metadata(self.tmp_path(DEADLINE_MARKER)) {
+            let scanned_ago = now - m.atime();
+            if now <= m.mtime() && (0..FORCED_SCAN_SECS).contains(&scanned_ago) {
+                let removed_temporaries = self.remove_dead_temporaries(false)?;
+                return Ok(SweepReport {
+                    full: true,
+                    removed_temporaries,
+                    ..SweepReport::default()
+                });
+            }
+        }
+        self.sweep_full()
+    }
+
+    /// A full sweep regardless of the interval (`depot-fichiers sweep`): reads every entry.
     pub fn sweep_full(&self) -> io::Result<SweepReport> {
         let mut report = SweepReport {
             full: true,
+            scanned: true,
             ..SweepReport::default()
         };
         let now = now_secs();
+        // Files published after this scan started expire no sooner than this (1 s of slack for
+        // whole-second rounding).
+        let mut next_deadline = now - 1 + self.max_age.min(self.max_idle);
         let root_fd = open_dir(&self.root)?;
         let meta_fd = open_dir(&self.root.join(META))?;
         let files = list_names(&root_fd, true)?;
@@ -266,20 +301,19 @@ impl Store {
                 continue;
             };
             let mtime = st.stx_mtime.tv_sec;
-            let has_sidecar = sidecars.contains(raw);
-            let maybe = if !has_sidecar {
-                now - mtime > self.max_age
-            } else if now - mtime > self.max_idle {
-                true
-            } else if st.stx_mask & StatxFlags::BTIME.bits() != 0 {
-                // Birth time (start of the upload) ≤ depot_timestamp: if even that is within the
-                // age limit, the sidecar cannot say otherwise.
-                now - st.stx_btime.tv_sec > self.max_age
+            let has_birth = st.stx_mask & StatxFlags::BTIME.bits() != 0;
+            let earliest = if !sidecars.contains(raw) {
+                Some(mtime + self.max_age)
+            } else if has_birth {
+                // Birth time (start of the upload) ≤ depot_timestamp: a lower bound of the
+                // sidecar's age deadline, exact enough to rule most files out without reading it.
+                Some(self.deadline(st.stx_btime.tv_sec, mtime))
             } else {
-                true // no birth time on this filesystem: let the exact check read the sidecar
+                None // no birth time on this filesystem: the exact check reads the sidecar
             };
-            if maybe {
-                candidates.push(name);
+            match earliest {
+                Some(d) if now <= d => next_deadline = next_deadline.min(d),
+                _ => candidates.push(name),
             }
         }
         let file_set: HashSet<&[u8]> = files.iter().map(Vec::as_slice).collect();
@@ -297,18 +331,42 @@ impl Store {
         lock.lock()?;
         for name in candidates {
             let (verdict, had_sidecar, had_file) = self.verdict(&name, now);
-            if verdict == Verdict::Remove {
-                self.remove_pair(&name);
-                if had_file && had_sidecar {
-                    report.removed_files.push(name.as_str().to_string());
-                } else {
-                    report.removed_orphans.push(name.as_str().to_string());
+            match verdict {
+                Verdict::Remove => {
+                    self.remove_pair(&name);
+                    if had_file && had_sidecar {
+                        report.removed_files.push(name.as_str().to_string());
+                    } else {
+                        report.removed_orphans.push(name.as_str().to_string());
+                    }
                 }
+                Verdict::Live(d) | Verdict::YoungOrphan(d) => {
+                    next_deadline = next_deadline.min(d);
+                }
+                Verdict::Absent => {}
             }
         }
-        report.removed_temporaries = self.remove_dead_temporaries()?;
+        report.removed_temporaries = self.remove_dead_temporaries(true)?;
         lock.unlock()?;
+        self.record_deadline(now, next_deadline);
         Ok(report)
+    }
+
+    /// Stores the next possible expiry (mtime) and the time of this scan (atime) in the marker.
+    fn record_deadline(&self, scanned_at: i64, next_deadline: i64) {
+        let at = |secs: i64| UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64);
+        let times = std::fs::FileTimes::new()
+            .set_accessed(at(scanned_at))
+            .set_modified(at(next_deadline));
+        let marker = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(self.tmp_path(DEADLINE_MARKER));
+        if let Ok(m) = marker {
+            let _ = m.set_times(times);
+        }
     }
 
     /// The exact verdict on `name`; call with the store lock held. Also says whether the sidecar
@@ -319,29 +377,15 @@ impl Store {
         let sidecar_meta = std::fs::symlink_metadata(&sidecar_path).ok();
         match (file_meta, sidecar_meta) {
             (None, None) => (Verdict::Absent, false, false),
-            (Some(f), None) => {
-                let v = if now - f.mtime() > self.max_age {
-                    Verdict::Remove
-                } else {
-                    Verdict::YoungOrphan
-                };
-                (v, false, true)
-            }
-            (None, Some(s)) => {
-                let v = if now - s.mtime() > self.max_age {
-                    Verdict::Remove
-                } else {
-                    Verdict::YoungOrphan
-                };
-                (v, true, false)
-            }
+            (Some(f), None) => (self.orphan_verdict(f.mtime(), now), false, true),
+            (None, Some(s)) => (self.orphan_verdict(s.mtime(), now), true, false),
             (Some(f), Some(_)) => {
                 let v = match read_sidecar(&sidecar_path) {
                     Some(sc) if sc.taille_octets == f.size() && f.is_file() => {
                         if self.expired(&sc, f.mtime(), now) {
                             Verdict::Remove
                         } else {
-                            Verdict::Live
+                            Verdict::Live(self.deadline(sc.depot_timestamp, f.mtime()))
                         }
                     }
                     // Unreadable sidecar, or the sidecar of another version (a writer killed
@@ -351,6 +395,21 @@ impl Store {
                 (v, true, true)
             }
         }
+    }
+
+    /// Orphans go once their mtime is older than `duree_max_depot_secondes` (contract §4).
+    fn orphan_verdict(&self, mtime: i64, now: i64) -> Verdict {
+        if now - mtime > self.max_age {
+            Verdict::Remove
+        } else {
+            Verdict::YoungOrphan(mtime + self.max_age)
+        }
+    }
+
+    /// The last second at which a file deposited at `depot` and last downloaded at `mtime` is
+    /// still alive: it expires when `now` passes it.
+    fn deadline(&self, depot: i64, mtime: i64) -> i64 {
+        (depot + self.max_age).min(mtime + self.max_idle)
     }
 
     /// Contract §4: expired by age or by inactivity.
@@ -364,14 +423,26 @@ impl Store {
         let _ = std::fs::remove_file(self.file_path(name));
     }
 
-    /// Removes the `.part` files whose writer is gone (store lock held exclusively).
-    fn remove_dead_temporaries(&self) -> io::Result<Vec<String>> {
+    /// Removes the `.part` files whose writer is gone. `locked`: the caller holds the store lock
+    /// exclusively; otherwise it is taken here, and only if there is a `.part` to probe.
+    fn remove_dead_temporaries(&self, locked: bool) -> io::Result<Vec<String>> {
         let tmp_fd = open_dir(&self.root.join(TMP))?;
         let mut removed = Vec::new();
-        for raw in list_names(&tmp_fd, true)? {
-            if !raw.ends_with(PART_SUFFIX.as_bytes()) {
-                continue;
-            }
+        let parts: Vec<Vec<u8>> = list_names(&tmp_fd, true)?
+            .into_iter()
+            .filter(|n| n.ends_with(PART_SUFFIX.as_bytes()))
+            .collect();
+        if parts.is_empty() {
+            return Ok(removed);
+        }
+        let lock = if locked {
+            None
+        } else {
+            let l = self.lock_file()?;
+            l.lock()?;
+            Some(l)
+        };
+        for raw in parts {
             let path = self.root.join(TMP).join(OsStr::from_bytes(&raw));
             let Ok(f) = OpenOptions::new()
                 .read(true)
@@ -388,6 +459,9 @@ impl Store {
                 }
                 let _ = f.unlock();
             }
+        }
+        if let Some(l) = lock {
+            l.unlock()?;
         }
         Ok(removed)
     }
@@ -588,8 +662,14 @@ impl Upload {
     /// fsync, sidecar, atomic rename into place under `name` (overwriting), fsync of the folders.
     pub fn publish(mut self, store: &Store, name: &Name) -> Result<Published, StoreError> {
         let file = self.file.take().expect("upload already published");
+        // mtime = the publication time: "never downloaded" counts from the upload (contract §4).
+        let published_at = SystemTime::now();
+        file.set_modified(published_at)?;
         file.sync_all()?;
-        let depot = now_secs();
+        let depot = published_at
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
         let sidecar = Sidecar {
             nom_original: name.as_str().to_string(),
             depot_timestamp: depot,
@@ -914,6 +994,30 @@ mod tests {
         assert!(!d.path().join("files/.meta/b.json").exists());
         let tmp = names_in(&d.path().join("files/.tmp"));
         assert!(tmp.iter().all(|n| !n.ends_with(".part")), "{tmp:?}");
+    }
+
+    #[test]
+    fn sweep_reads_the_store_only_when_something_can_have_expired() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(
+            d.path(),
+            "balayage_intervalle_min_ms = 0\nduree_inactivite_secondes = 1",
+        );
+        put(&store, "a", b"1");
+        let first = store.sweep().unwrap();
+        assert!(first.scanned);
+        // Within a second nothing can expire: the next sweeps only look at the marker.
+        let r = store.sweep().unwrap();
+        assert!(r.full && !r.scanned, "{r:?}");
+        // A new upload cannot expire sooner than what is already there.
+        put(&store, "b", b"2");
+        assert!(!store.sweep().unwrap().scanned);
+        std::thread::sleep(Duration::from_millis(2100));
+        let r = store.sweep().unwrap();
+        assert!(r.scanned);
+        let mut removed = r.removed_files.clone();
+        removed.sort();
+        assert_eq!(removed, ["a", "b"]);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::fcgi::FcgiClient;
@@ -17,18 +18,23 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// The example binary, built by `cargo test` with the other targets (or built here if needed).
 fn echo_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join("examples").join("echo_fcgi");
-    if !bin.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", "echo_fcgi"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success(), "cargo build --example echo_fcgi failed");
-    }
-    bin
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().unwrap().parent().unwrap();
+        let bin = dir.join("examples").join("echo_fcgi");
+        if !bin.exists() {
+            // `cargo test --test fastcgi_process` alone does not build the examples.
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--example", "echo_fcgi"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(status.success(), "cargo build --example echo_fcgi failed");
+        }
+        bin
+    })
+    .clone()
 }
 
 fn command() -> Command {

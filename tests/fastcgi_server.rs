@@ -43,7 +43,8 @@ impl Drop for DropProbe {
 /// - `""`: reads the body, checks it against `pattern`, answers `len=N bad=M chunks=C`;
 /// - `early`: answers 401 without reading the body;
 /// - `big=N`: answers N bytes;
-/// - `param=NAME`: answers the value of that parameter.
+/// - `param=NAME`: answers the value of that parameter;
+/// - `panic`: panics.
 ///
 /// Events ("body_err", "finished", "dropped") go to `events`.
 fn test_handler(events: mpsc::Sender<String>) -> Handler {
@@ -55,6 +56,9 @@ fn test_handler(events: mpsc::Sender<String>) -> Handler {
                 finished: false,
             };
             let query = String::from_utf8_lossy(req.query()).into_owned();
+            if query == "panic" {
+                panic!("test handler panics on purpose");
+            }
             let resp = if query == "early" {
                 Response::new(401)
                     .header("Content-Type", "text/plain")
@@ -426,4 +430,18 @@ fn stopping_the_server_closes_idle_keep_alive_connections() {
     assert_eq!(r.status, 200);
     s.stop();
     assert!(c.is_closed().unwrap());
+}
+
+#[test]
+fn a_panicking_handler_only_loses_its_connection() {
+    let (s, events) = server();
+    let mut c = client(&s);
+    c.send_begin(1, fcgi::ROLE_RESPONDER, 0).unwrap();
+    c.send_params(1, &[("QUERY_STRING", "panic")]).unwrap();
+    assert!(
+        c.read_record().unwrap().is_none(),
+        "connection closed, no answer"
+    );
+    assert_eq!(events.recv_timeout(EVENT_TIMEOUT).unwrap(), "dropped");
+    assert_alive(&s);
 }

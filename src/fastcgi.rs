@@ -1,1 +1,379 @@
-//! FastCGI responder (streaming), CGI one-shot mode. STUB — in progress.
+//! The program's transports: a streaming FastCGI responder, and a one-shot CGI mode.
+//!
+//! [`run`] builds a current-thread tokio runtime with a `LocalSet` (handlers are `!Send`), finds
+//! out how it was started, and serves:
+//! - **FastCGI on fd 0** (mod_fcgid, spawn-fcgi): fd 0 is a listening socket, detected as php-cgi
+//!   and libfcgi do (`getpeername` fails with `ENOTCONN`), Unix or TCP by `getsockname`;
+//!   connections are served one at a time (mod_fcgid sends one request per process anyway);
+//! - **FastCGI on `--listen tcp:HOST:PORT` or `unix:/path`**: we bind ourselves and serve many
+//!   connections at once;
+//! - **CGI** (mod_cgid): fd 0 is not a socket and `GATEWAY_INTERFACE` is set (see [`cgi`]).
+//!
+//! The protocol itself is in [`record`] (pure codec, fuzzable) and [`conn`] (one connection).
+//! Nothing is ever written to stdout except the CGI response: under mod_fcgid stdout lands in
+//! Apache's main error log. Diagnostics go to stderr, in French.
+//!
+//! On SIGTERM or SIGINT the server stops accepting, gives the request in flight up to
+//! [`SHUTDOWN_GRACE`] to finish, drops it otherwise, and [`run`] returns `Ok(())`.
+
+pub mod cgi;
+pub mod conn;
+pub mod record;
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tokio::task::{JoinSet, LocalSet};
+
+pub use conn::{ConnConfig, ConnError, MAX_PARAMS_LEN, serve_connection};
+
+use crate::http::{Request, Response};
+
+/// A request handler: called once per request, as soon as the parameters are known; it reads the
+/// body itself (streamed) and returns the response.
+pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>>;
+
+/// How long a request in flight may still run after SIGTERM.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+/// Connections served at once with `--listen` (also the GET_VALUES answer).
+pub const LISTEN_MAX_CONNS: u32 = 256;
+
+/// Why [`run`] could not serve.
+#[derive(Debug)]
+pub enum RunError {
+    /// Started without `--listen`, fd 0 is not a listening socket and this is not CGI.
+    NotFastCgiNorCgi,
+    /// fd 0 is a socket, but neither Unix nor TCP, or not listening.
+    UnsupportedSocket,
+    /// The `--listen` value is not `tcp:HOST:PORT` nor `unix:/path`.
+    BadListen(String),
+    /// Another process already listens on the Unix socket path.
+    SocketInUse(PathBuf),
+    /// Binding or listening failed.
+    Bind { addr: String, source: io::Error },
+    /// Inspecting or adopting fd 0 failed.
+    Stdin(io::Error),
+    /// The runtime or the signal handlers could not be set up.
+    Runtime(io::Error),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::NotFastCgiNorCgi => write!(
+                f,
+                "l'entrée standard n'est ni une socket FastCGI en écoute ni une requête CGI \
+                 (GATEWAY_INTERFACE absent) ; lancez le programme depuis Apache (mod_fcgid, \
+                 mod_cgid) ou avec --listen tcp:HÔTE:PORT ou --listen unix:/chemin"
+            ),
+            RunError::UnsupportedSocket => write!(
+                f,
+                "l'entrée standard est une socket, mais pas une socket Unix ou TCP en écoute"
+            ),
+            RunError::BadListen(s) => write!(
+                f,
+                "adresse d'écoute invalide « {s} » : attendu tcp:HÔTE:PORT ou unix:/chemin"
+            ),
+            RunError::SocketInUse(p) => write!(
+                f,
+                "la socket {} est déjà utilisée par un autre processus",
+                p.display()
+            ),
+            RunError::Bind { addr, source } => {
+                write!(f, "impossible d'écouter sur {addr} : {source}")
+            }
+            RunError::Stdin(e) => write!(f, "impossible d'utiliser l'entrée standard : {e}"),
+            RunError::Runtime(e) => {
+                write!(f, "impossible de démarrer la boucle d'événements : {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Bind { source, .. } => Some(source),
+            RunError::Stdin(e) | RunError::Runtime(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Where to listen, from `--listen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// `tcp:HOST:PORT` (`tcp:[::1]:9000` for IPv6).
+    Tcp(String),
+    /// `unix:/path`.
+    Unix(PathBuf),
+}
+
+impl ListenAddr {
+    pub fn parse(spec: &str) -> Result<ListenAddr, RunError> {
+        let bad = || RunError::BadListen(spec.to_string());
+        if let Some(path) = spec.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(bad());
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        let addr = spec.strip_prefix("tcp:").ok_or_else(bad)?;
+        let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(bad());
+        }
+        Ok(ListenAddr::Tcp(addr.to_string()))
+    }
+}
+
+/// A listening socket, adopted from fd 0 or bound by us.
+pub enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+/// How the process was started (decided before the runtime exists).
+enum Mode {
+    Inherited(InheritedSocket),
+    Listen(ListenAddr),
+    Cgi,
+}
+
+enum InheritedSocket {
+    Unix(std::os::unix::net::UnixListener),
+    Tcp(std::net::TcpListener),
+}
+
+/// Serves until SIGTERM/SIGINT (FastCGI) or for one request (CGI). See the module documentation.
+pub fn run(listen: Option<&str>, handler: Handler) -> Result<(), RunError> {
+    let mode = match listen {
+        Some(spec) => Mode::Listen(ListenAddr::parse(spec)?),
+        None => detect_stdin()?,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    let local = LocalSet::new();
+    let result = local.block_on(&rt, async move {
+        if let Mode::Cgi = mode {
+            cgi::serve(handler).await;
+            return Ok(());
+        }
+        // Install the handlers before the socket can be reached: a SIGTERM must never kill us.
+        let stop = stop_signal()?;
+        let (listener, max_conns, unix_path) = match mode {
+            Mode::Inherited(s) => (adopt(s)?, 1, None),
+            Mode::Listen(addr) => {
+                let (l, p) = bind(&addr).await?;
+                (l, LISTEN_MAX_CONNS, p)
+            }
+            Mode::Cgi => unreachable!("handled above"),
+        };
+        serve_listener(listener, handler, max_conns, stop).await;
+        if let Some(p) = unix_path {
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(())
+    });
+    drop(local);
+    // A blocking stdin reader (CGI) must not keep the process alive.
+    rt.shutdown_background();
+    result
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+fn stop_signal() -> Result<impl Future<Output = ()>, RunError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(RunError::Runtime)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Runtime)?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// Decides what fd 0 is, like php-cgi and libfcgi: a socket whose `getpeername` fails with
+/// `ENOTCONN` is the listening socket the web server gave us.
+fn detect_stdin() -> Result<Mode, RunError> {
+    use rustix::io::Errno;
+    use rustix::net::{AddressFamily, getpeername, getsockname, sockopt};
+
+    let stdin = io::stdin();
+    let fd = stdin.as_fd();
+    match getpeername(fd) {
+        Err(Errno::NOTCONN) => {}
+        _ => {
+            // Not a socket (CGI: a pipe or a file), a connected socket, or no fd 0 at all.
+            return if std::env::var_os("GATEWAY_INTERFACE").is_some() {
+                Ok(Mode::Cgi)
+            } else {
+                Err(RunError::NotFastCgiNorCgi)
+            };
+        }
+    }
+    let stdin_err = |e: Errno| RunError::Stdin(e.into());
+    if !sockopt::socket_acceptconn(fd).map_err(stdin_err)? {
+        return Err(RunError::UnsupportedSocket);
+    }
+    let family = getsockname(fd).map_err(stdin_err)?.address_family();
+    // Work on a duplicate: fd 0 itself stays open, so no later file can be given number 0.
+    let owned: OwnedFd = rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(stdin_err)?;
+    if family == AddressFamily::UNIX {
+        Ok(Mode::Inherited(InheritedSocket::Unix(owned.into())))
+    } else if family == AddressFamily::INET || family == AddressFamily::INET6 {
+        Ok(Mode::Inherited(InheritedSocket::Tcp(owned.into())))
+    } else {
+        Err(RunError::UnsupportedSocket)
+    }
+}
+
+/// Registers an inherited listening socket with the runtime.
+fn adopt(s: InheritedSocket) -> Result<Listener, RunError> {
+    let res = match s {
+        InheritedSocket::Unix(l) => l
+            .set_nonblocking(true)
+            .and_then(|()| UnixListener::from_std(l))
+            .map(Listener::Unix),
+        InheritedSocket::Tcp(l) => l
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(l))
+            .map(Listener::Tcp),
+    };
+    res.map_err(RunError::Stdin)
+}
+
+/// Binds `addr`; for a Unix socket, also returns the path to remove on exit.
+pub async fn bind(addr: &ListenAddr) -> Result<(Listener, Option<PathBuf>), RunError> {
+    match addr {
+        ListenAddr::Tcp(a) => TcpListener::bind(a.as_str())
+            .await
+            .map(|l| (Listener::Tcp(l), None))
+            .map_err(|source| RunError::Bind {
+                addr: a.clone(),
+                source,
+            }),
+        ListenAddr::Unix(path) => {
+            remove_stale_socket(path)?;
+            UnixListener::bind(path)
+                .map(|l| (Listener::Unix(l), Some(path.clone())))
+                .map_err(|source| RunError::Bind {
+                    addr: path.display().to_string(),
+                    source,
+                })
+        }
+    }
+}
+
+/// Removes a Unix socket file left by a previous run, unless a live process still listens on it.
+/// Anything that is not a socket is left alone (binding then fails with a clear error).
+fn remove_stale_socket(path: &Path) -> Result<(), RunError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Ok(());
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(RunError::SocketInUse(path.to_path_buf()));
+    }
+    std::fs::remove_file(path).map_err(|source| RunError::Bind {
+        addr: path.display().to_string(),
+        source,
+    })
+}
+
+/// Accepts connections until `stop` resolves, serving each in its own local task (at most
+/// `max_conns` at once), then lets the connections in flight finish for up to [`SHUTDOWN_GRACE`].
+///
+/// Must run inside a `LocalSet`.
+pub async fn serve_listener(
+    listener: Listener,
+    handler: Handler,
+    max_conns: u32,
+    stop: impl Future<Output = ()>,
+) {
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let config = ConnConfig {
+        max_conns,
+        max_reqs: max_conns,
+        shutdown: Some(shutdown_rx),
+    };
+    let mut tasks = JoinSet::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            Some(res) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Err(e) = res
+                    && e.is_panic()
+                {
+                    eprintln!("depot-fichiers : fastcgi : une connexion s'est terminée sur une panique");
+                }
+            }
+            conn = accept(&listener), if tasks.len() < max_conns as usize => match conn {
+                Ok(conn) => {
+                    let handler = handler.clone();
+                    let config = config.clone();
+                    tasks.spawn_local(serve_accepted(conn, handler, config));
+                }
+                Err(e) => {
+                    eprintln!("depot-fichiers : fastcgi : échec de accept() : {e}");
+                    // EMFILE and the like: do not spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    let _ = shutdown_tx.send(true);
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
+        eprintln!("depot-fichiers : arrêt demandé, requête en cours abandonnée");
+    }
+    // Dropping the set aborts what is left; handlers clean up in their destructors.
+    tasks.shutdown().await;
+}
+
+enum Accepted {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
+}
+
+async fn accept(listener: &Listener) -> io::Result<Accepted> {
+    match listener {
+        Listener::Unix(l) => l.accept().await.map(|(s, _)| Accepted::Unix(s)),
+        Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
+            let _ = s.set_nodelay(true);
+            Accepted::Tcp(s)
+        }),
+    }
+}
+
+async fn serve_accepted(conn: Accepted, handler: Handler, config: ConnConfig) {
+    let res = match conn {
+        Accepted::Unix(s) => {
+            let (r, w) = s.into_split();
+            serve_connection(r, w, handler, config).await
+        }
+        Accepted::Tcp(s) => {
+            let (r, w) = s.into_split();
+            serve_connection(r, w, handler, config).await
+        }
+    };
+    if let Err(e) = res {
+        eprintln!("depot-fichiers : fastcgi : connexion fermée : {e}");
+    }
+}

@@ -1,0 +1,707 @@
+//! One FastCGI connection, served as a single task: records in, a streamed body to the handler,
+//! STDOUT records out.
+//!
+//! [`serve_connection`] is one `tokio::select!` loop over: the next incoming record, the handler
+//! future, a body chunk waiting for room in the [`Body`] channel, and the STDOUT records produced
+//! by the response writer. Records are read at every moment (ABORT, GET_VALUES or a second
+//! BEGIN_REQUEST may arrive while the handler runs or while the response streams), except while a
+//! body chunk waits for the handler to make room: that is the backpressure that keeps memory
+//! bounded whatever the body size.
+//!
+//! Only this loop writes to the socket, always whole records, so the answers to management records
+//! interleave cleanly with the STDOUT stream. The response itself is produced by
+//! [`write_response`] into a [`StdoutSink`], which frames the bytes into STDOUT records of up to
+//! 65535 bytes and hands them to the loop through a small bounded channel.
+
+use std::fmt;
+use std::future::{Future, pending};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use super::Handler;
+use super::record::{self, DecodeError};
+use crate::http::{Body, Request, Response, write_response};
+
+/// Largest total size of a request's PARAMS stream; above it the request is refused.
+pub const MAX_PARAMS_LEN: usize = 1 << 20;
+/// How much the record reader asks the socket for at once.
+const READ_CHUNK: usize = 64 * 1024 + 2 * record::HEADER_LEN;
+/// STDOUT records waiting between the response writer and the socket.
+const OUT_CHANNEL_DEPTH: usize = 2;
+/// How long a connection closed on an error keeps reading (and discarding) what the peer still
+/// sends, so that the last records we wrote are not lost to a TCP reset.
+const LINGER: Duration = Duration::from_secs(1);
+/// `appStatus` of a request that did not complete normally (aborted, response cut short).
+pub const APP_STATUS_FAILED: u32 = 1;
+
+/// Per-connection settings.
+#[derive(Clone, Debug)]
+pub struct ConnConfig {
+    /// Answer to `FCGI_MAX_CONNS` in GET_VALUES.
+    pub max_conns: u32,
+    /// Answer to `FCGI_MAX_REQS` in GET_VALUES.
+    pub max_reqs: u32,
+    /// Becomes `true` when the server shuts down: an idle connection closes at once, a busy one
+    /// after its current request.
+    pub shutdown: Option<watch::Receiver<bool>>,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            max_conns: 1,
+            max_reqs: 1,
+            shutdown: None,
+        }
+    }
+}
+
+/// Why a connection was closed on our side. A peer that goes away is not an error.
+#[derive(Debug)]
+pub enum ConnError {
+    /// The peer does not speak FastCGI 1.0 (or breaks its rules).
+    Protocol(String),
+    /// An I/O error other than "peer gone".
+    Io(io::Error),
+}
+
+impl fmt::Display for ConnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnError::Protocol(m) => write!(f, "erreur de protocole FastCGI : {m}"),
+            ConnError::Io(e) => write!(f, "erreur d'entrée-sortie FastCGI : {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnError {}
+
+impl From<DecodeError> for ConnError {
+    fn from(e: DecodeError) -> Self {
+        ConnError::Protocol(e.to_string())
+    }
+}
+
+/// Errors meaning "the other side is gone": never worth a log line.
+pub fn is_peer_gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::NotConnected
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
+/// One record with its content (padding dropped), sharing the read buffer's memory.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub record_type: u8,
+    pub request_id: u16,
+    pub content: Bytes,
+}
+
+/// Reads records from a byte stream. [`RecordReader::next`] is cancel safe: all state is in `buf`.
+struct RecordReader<R> {
+    io: R,
+    buf: BytesMut,
+}
+
+impl<R: AsyncRead + Unpin> RecordReader<R> {
+    fn new(io: R) -> Self {
+        RecordReader {
+            io,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        }
+    }
+
+    /// The next record; `Ok(None)` when the peer closed between records.
+    async fn next(&mut self) -> Result<Option<Record>, ConnError> {
+        loop {
+            if let Some((rec, used)) = record::parse_record(&self.buf)? {
+                let (record_type, request_id, len) =
+                    (rec.record_type, rec.request_id, rec.content.len());
+                let mut whole = self.buf.split_to(used);
+                whole.advance(record::HEADER_LEN);
+                whole.truncate(len);
+                return Ok(Some(Record {
+                    record_type,
+                    request_id,
+                    content: whole.freeze(),
+                }));
+            }
+            self.buf.reserve(READ_CHUNK);
+            let n = self
+                .io
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(ConnError::Io)?;
+            if n == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(ConnError::Io(io::ErrorKind::UnexpectedEof.into()))
+                };
+            }
+        }
+    }
+
+    /// Reads and discards until EOF, an error or `LINGER` has passed.
+    async fn linger(&mut self) {
+        let discard = async {
+            loop {
+                self.buf.clear();
+                self.buf.reserve(READ_CHUNK);
+                match self.io.read_buf(&mut self.buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER, discard).await;
+    }
+}
+
+type OwnedPermitFuture =
+    Pin<Box<dyn Future<Output = Result<mpsc::OwnedPermit<Bytes>, mpsc::error::SendError<()>>>>>;
+
+/// An `AsyncWrite` that frames everything written into STDOUT records for one request.
+///
+/// Small writes are gathered until a record is full (65535 bytes of content) or `flush` is called;
+/// full records go to the connection loop through a bounded channel, so a slow web server slows the
+/// writer down instead of filling memory.
+pub struct StdoutSink {
+    request_id: u16,
+    /// Header placeholder followed by the content gathered so far.
+    buf: BytesMut,
+    tx: mpsc::Sender<Bytes>,
+    reserving: Option<OwnedPermitFuture>,
+}
+
+impl StdoutSink {
+    /// A sink for `request_id` sending complete records (header included) into `tx`.
+    pub fn new(request_id: u16, tx: mpsc::Sender<Bytes>) -> Self {
+        let mut s = StdoutSink {
+            request_id,
+            buf: BytesMut::new(),
+            tx,
+            reserving: None,
+        };
+        s.start_record();
+        s
+    }
+
+    fn start_record(&mut self) {
+        self.buf
+            .reserve(record::HEADER_LEN + record::MAX_CONTENT_LEN);
+        self.buf.extend_from_slice(&[0; record::HEADER_LEN]);
+    }
+
+    fn content_len(&self) -> usize {
+        self.buf.len() - record::HEADER_LEN
+    }
+
+    /// Sends the gathered content as one record, once the channel has room.
+    fn poll_push(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.content_len() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let fut = self
+            .reserving
+            .get_or_insert_with(|| Box::pin(self.tx.clone().reserve_owned()));
+        let permit = ready!(fut.as_mut().poll(cx));
+        self.reserving = None;
+        let permit = permit.map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        let len = self.content_len() as u16;
+        let head = record::encode_header(record::STDOUT, self.request_id, len, 0);
+        self.buf[..record::HEADER_LEN].copy_from_slice(&head);
+        permit.send(self.buf.split().freeze());
+        self.start_record();
+        Poll::Ready(Ok(()))
+    }
+
+    /// Sends what is buffered, then the end of the STDOUT stream and END_REQUEST.
+    pub async fn finish(mut self, app_status: u32) -> io::Result<()> {
+        self.flush().await?;
+        let mut end = Vec::with_capacity(2 * record::HEADER_LEN + 8);
+        record::encode_record(record::STDOUT, self.request_id, &[], &mut end);
+        record::encode_end_request(
+            self.request_id,
+            app_status,
+            record::REQUEST_COMPLETE,
+            &mut end,
+        );
+        self.tx
+            .send(Bytes::from(end))
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))
+    }
+}
+
+impl AsyncWrite for StdoutSink {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.content_len() >= record::MAX_CONTENT_LEN {
+            ready!(this.poll_push(cx))?;
+        }
+        let n = data.len().min(record::MAX_CONTENT_LEN - this.content_len());
+        this.buf.extend_from_slice(&data[..n]);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_push(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_flush(cx)
+    }
+}
+
+type HandlerFuture = Pin<Box<dyn Future<Output = Response>>>;
+type WriteFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Writes `resp` into STDOUT records, then ends the request.
+async fn write_task(resp: Response, mut sink: StdoutSink) {
+    let app_status = match write_response(resp, &mut sink).await {
+        Ok(()) => 0,
+        Err(e) => {
+            if !is_peer_gone(&e) {
+                eprintln!("depot-fichiers : fastcgi : réponse interrompue : {e}");
+            }
+            APP_STATUS_FAILED
+        }
+    };
+    // An error here means the connection loop dropped the request: nothing left to do.
+    let _ = sink.finish(app_status).await;
+}
+
+/// State of the request in progress on a connection.
+struct Active {
+    id: u16,
+    keep_conn: bool,
+    /// Raw PARAMS bytes, `Some` until the empty PARAMS record.
+    params: Option<Vec<u8>>,
+    handler: Option<HandlerFuture>,
+    body_tx: Option<mpsc::Sender<io::Result<Bytes>>>,
+    /// A body chunk (or the final error) waiting for room in the body channel.
+    pending: Option<io::Result<Bytes>>,
+    stdin_done: bool,
+    /// The handler's answer, held until STDIN has been drained.
+    response: Option<Response>,
+    writing: Option<WriteFuture>,
+    out_rx: Option<mpsc::Receiver<Bytes>>,
+    /// The peer closed: we only let the handler see the broken body, then stop.
+    peer_gone: bool,
+}
+
+impl Active {
+    fn new(id: u16, keep_conn: bool) -> Self {
+        Active {
+            id,
+            keep_conn,
+            params: Some(Vec::new()),
+            handler: None,
+            body_tx: None,
+            pending: None,
+            stdin_done: false,
+            response: None,
+            writing: None,
+            out_rx: None,
+            peer_gone: false,
+        }
+    }
+
+    fn start_writing(&mut self, resp: Response) {
+        let (tx, rx) = mpsc::channel(OUT_CHANNEL_DEPTH);
+        self.out_rx = Some(rx);
+        self.writing = Some(Box::pin(write_task(resp, StdoutSink::new(self.id, tx))));
+    }
+
+    /// Queues a body chunk for the handler, or discards it if the handler no longer reads.
+    fn feed(&mut self, chunk: io::Result<Bytes>) {
+        let Some(tx) = &self.body_tx else { return };
+        match tx.try_send(chunk) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(chunk)) => self.pending = Some(chunk),
+            Err(mpsc::error::TrySendError::Closed(_)) => self.body_tx = None,
+        }
+    }
+}
+
+/// What woke the connection loop up.
+enum Event {
+    Record(Result<Option<Record>, ConnError>),
+    HandlerDone(Response),
+    BodyRoom(Result<mpsc::OwnedPermit<io::Result<Bytes>>, mpsc::error::SendError<()>>),
+    WriteDone,
+    Out(Option<Bytes>),
+    Shutdown,
+}
+
+/// What the loop does after handling a record.
+enum Next {
+    Continue,
+    /// Close the connection, after lingering if the peer may still be sending.
+    Close {
+        linger: bool,
+    },
+}
+
+async fn poll_opt<F: Future + Unpin>(f: Option<&mut F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => pending().await,
+    }
+}
+
+async fn recv_opt<T>(rx: Option<&mut mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => pending().await,
+    }
+}
+
+async fn reserve_opt<T>(
+    tx: Option<mpsc::Sender<T>>,
+) -> Result<mpsc::OwnedPermit<T>, mpsc::error::SendError<()>> {
+    match tx {
+        Some(tx) => tx.reserve_owned().await,
+        None => pending().await,
+    }
+}
+
+async fn shutdown_requested(rx: &mut Option<watch::Receiver<bool>>) {
+    match rx {
+        // A dropped sender means the server is gone: shut down as well.
+        Some(rx) => {
+            let _ = rx.wait_for(|v| *v).await;
+        }
+        None => pending().await,
+    }
+}
+
+fn is_shutting_down(rx: &Option<watch::Receiver<bool>>) -> bool {
+    rx.as_ref().is_some_and(|rx| *rx.borrow())
+}
+
+/// Serves one FastCGI connection until the peer closes it, a request without `FCGI_KEEP_CONN`
+/// ends, or the server shuts down while the connection is idle.
+///
+/// A peer that disappears ends the connection with `Ok(())`; `Err` means we closed it because of a
+/// protocol violation or an unexpected I/O error (the caller logs it).
+pub async fn serve_connection<R, W>(
+    reader: R,
+    mut writer: W,
+    handler: Handler,
+    config: ConnConfig,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut reader = RecordReader::new(reader);
+    let mut shutdown = config.shutdown.clone();
+    let mut active: Option<Active> = None;
+
+    loop {
+        let idle = active.is_none();
+        let can_read = active
+            .as_ref()
+            .is_none_or(|a| a.pending.is_none() && !a.peer_gone);
+        let (handler_fut, body_tx, writing, out_rx) = match active.as_mut() {
+            Some(a) => (
+                a.handler.as_mut(),
+                a.body_tx.clone().filter(|_| a.pending.is_some()),
+                a.writing.as_mut(),
+                a.out_rx.as_mut(),
+            ),
+            None => (None, None, None, None),
+        };
+
+        let event = tokio::select! {
+            biased;
+            rec = reader.next(), if can_read => Event::Record(rec),
+            out = recv_opt(out_rx) => Event::Out(out),
+            permit = reserve_opt(body_tx) => Event::BodyRoom(permit),
+            resp = poll_opt(handler_fut) => Event::HandlerDone(resp),
+            () = poll_opt(writing) => Event::WriteDone,
+            () = shutdown_requested(&mut shutdown), if idle => Event::Shutdown,
+        };
+
+        let next = match event {
+            Event::Shutdown => Next::Close { linger: false },
+            Event::BodyRoom(permit) => {
+                let a = active.as_mut().expect("body room for an active request");
+                match permit {
+                    Ok(permit) => {
+                        let chunk = a.pending.take().expect("room reserved for a pending chunk");
+                        if chunk.is_err() {
+                            // The broken-body error is the last thing the handler gets.
+                            a.body_tx = None;
+                        }
+                        permit.send(chunk);
+                    }
+                    // The handler dropped its body: discard what it did not read.
+                    Err(_) => {
+                        a.body_tx = None;
+                        a.pending = None;
+                    }
+                }
+                Next::Continue
+            }
+            Event::HandlerDone(resp) => {
+                let a = active.as_mut().expect("a handler belongs to a request");
+                a.handler = None;
+                a.body_tx = None;
+                a.pending = None;
+                if a.peer_gone {
+                    return Ok(());
+                }
+                if a.stdin_done {
+                    a.start_writing(resp);
+                } else {
+                    // Answering before the end of STDIN makes mod_fcgid fail: drain first.
+                    a.response = Some(resp);
+                }
+                Next::Continue
+            }
+            Event::WriteDone => {
+                active.as_mut().expect("writing a request").writing = None;
+                Next::Continue
+            }
+            Event::Out(Some(rec)) => {
+                if let Err(e) = write_all(&mut writer, &rec).await {
+                    return peer_io(e);
+                }
+                Next::Continue
+            }
+            Event::Out(None) => {
+                // Every record of the response, END_REQUEST included, has been written.
+                let keep = active.as_ref().is_some_and(|a| a.keep_conn);
+                active = None;
+                if keep && !is_shutting_down(&shutdown) {
+                    Next::Continue
+                } else {
+                    Next::Close { linger: false }
+                }
+            }
+            Event::Record(Err(ConnError::Io(_))) | Event::Record(Ok(None)) => {
+                // The peer is gone (closed, reset, or cut a record short).
+                match active.as_mut() {
+                    Some(a) if a.handler.is_some() && a.body_tx.is_some() && !a.stdin_done => {
+                        // Let the handler see a broken body (and clean up) before we stop.
+                        a.peer_gone = true;
+                        let err = io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "connexion FastCGI fermée avant la fin du corps de la requête",
+                        );
+                        // A chunk still queued is lost anyway: the error replaces it.
+                        a.pending = Some(Err(err));
+                        Next::Continue
+                    }
+                    _ => return Ok(()),
+                }
+            }
+            Event::Record(Err(e)) => {
+                close(&mut reader, &mut writer, true).await;
+                return Err(e);
+            }
+            Event::Record(Ok(Some(rec))) => {
+                match on_record(rec, &mut active, &handler, &config, &mut writer).await {
+                    Ok(next) => next,
+                    Err(ConnError::Io(e)) => return peer_io(e),
+                    Err(e) => {
+                        close(&mut reader, &mut writer, true).await;
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        if let Next::Close { linger } = next {
+            close(&mut reader, &mut writer, linger).await;
+            return Ok(());
+        }
+    }
+}
+
+/// Maps a write error: a vanished peer is a normal end.
+fn peer_io(e: io::Error) -> Result<(), ConnError> {
+    if is_peer_gone(&e) {
+        Ok(())
+    } else {
+        Err(ConnError::Io(e))
+    }
+}
+
+async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> io::Result<()> {
+    w.write_all(data).await?;
+    w.flush().await
+}
+
+async fn close<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    reader: &mut RecordReader<R>,
+    writer: &mut W,
+    linger: bool,
+) {
+    let _ = writer.flush().await;
+    let _ = writer.shutdown().await;
+    if linger {
+        reader.linger().await;
+    }
+}
+
+/// Handles one incoming record.
+async fn on_record<W: AsyncWrite + Unpin>(
+    rec: Record,
+    active: &mut Option<Active>,
+    handler: &Handler,
+    config: &ConnConfig,
+    writer: &mut W,
+) -> Result<Next, ConnError> {
+    let mut out = Vec::new();
+    if rec.request_id == 0 {
+        management_reply(&rec, config, &mut out)?;
+        write_all(writer, &out).await.map_err(ConnError::Io)?;
+        return Ok(Next::Continue);
+    }
+
+    let Some(a) = active.as_mut() else {
+        if rec.record_type != record::BEGIN_REQUEST {
+            // A late record of a finished or refused request: ignored.
+            return Ok(Next::Continue);
+        }
+        let (role, flags) = record::parse_begin_request(&rec.content)?;
+        let keep_conn = flags & record::FLAG_KEEP_CONN != 0;
+        if role != record::ROLE_RESPONDER {
+            record::encode_end_request(rec.request_id, 0, record::UNKNOWN_ROLE, &mut out);
+            write_all(writer, &out).await.map_err(ConnError::Io)?;
+            return Ok(if keep_conn {
+                Next::Continue
+            } else {
+                Next::Close { linger: true }
+            });
+        }
+        *active = Some(Active::new(rec.request_id, keep_conn));
+        return Ok(Next::Continue);
+    };
+
+    if rec.request_id != a.id {
+        if rec.record_type == record::BEGIN_REQUEST {
+            record::encode_end_request(rec.request_id, 0, record::CANT_MPX_CONN, &mut out);
+            write_all(writer, &out).await.map_err(ConnError::Io)?;
+        }
+        // Anything else for another id belongs to nothing we serve: ignored.
+        return Ok(Next::Continue);
+    }
+
+    match rec.record_type {
+        record::BEGIN_REQUEST => Err(ConnError::Protocol(format!(
+            "BEGIN_REQUEST pour la requête {} déjà en cours",
+            a.id
+        ))),
+        record::ABORT_REQUEST => {
+            // Dropping the handler (and the response writer) runs their destructors: temporary
+            // files clean themselves up.
+            let (id, keep_conn) = (a.id, a.keep_conn);
+            *active = None;
+            record::encode_end_request(id, APP_STATUS_FAILED, record::REQUEST_COMPLETE, &mut out);
+            write_all(writer, &out).await.map_err(ConnError::Io)?;
+            Ok(if keep_conn {
+                Next::Continue
+            } else {
+                Next::Close { linger: true }
+            })
+        }
+        record::PARAMS => {
+            let Some(buf) = a.params.as_mut() else {
+                return Err(ConnError::Protocol(
+                    "PARAMS après la fin des paramètres".into(),
+                ));
+            };
+            if !rec.content.is_empty() {
+                if buf.len() + rec.content.len() > MAX_PARAMS_LEN {
+                    eprintln!(
+                        "depot-fichiers : fastcgi : paramètres de plus de {MAX_PARAMS_LEN} octets, requête refusée"
+                    );
+                    let id = a.id;
+                    *active = None;
+                    record::encode_end_request(id, 0, record::OVERLOADED, &mut out);
+                    write_all(writer, &out).await.map_err(ConnError::Io)?;
+                    return Ok(Next::Close { linger: true });
+                }
+                buf.extend_from_slice(&rec.content);
+                return Ok(Next::Continue);
+            }
+            let raw = a.params.take().unwrap_or_default();
+            let params = record::parse_name_values(&raw, MAX_PARAMS_LEN)?
+                .into_iter()
+                .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), v.to_vec()))
+                .collect();
+            let (tx, body) = Body::channel();
+            a.body_tx = Some(tx);
+            a.handler = Some(handler(Request { params, body }));
+            Ok(Next::Continue)
+        }
+        record::STDIN => {
+            if a.params.is_some() {
+                return Err(ConnError::Protocol(
+                    "STDIN avant la fin des paramètres".into(),
+                ));
+            }
+            if a.stdin_done {
+                // Data after the end of STDIN: ignored.
+                return Ok(Next::Continue);
+            }
+            if rec.content.is_empty() {
+                a.stdin_done = true;
+                // Dropping the sender ends the body for the handler.
+                a.body_tx = None;
+                if let Some(resp) = a.response.take() {
+                    a.start_writing(resp);
+                }
+            } else {
+                a.feed(Ok(rec.content));
+            }
+            Ok(Next::Continue)
+        }
+        // DATA (filter role) and unknown application record types: ignored.
+        _ => Ok(Next::Continue),
+    }
+}
+
+/// The answer to a management record (request id 0).
+fn management_reply(rec: &Record, config: &ConnConfig, out: &mut Vec<u8>) -> Result<(), ConnError> {
+    if rec.record_type != record::GET_VALUES {
+        record::encode_unknown_type(rec.record_type, out);
+        return Ok(());
+    }
+    let asked = record::parse_name_values(&rec.content, record::MAX_CONTENT_LEN)?;
+    let mut body = Vec::new();
+    let mut answered = [false; 3];
+    for (name, _) in asked {
+        let (slot, value) = match name {
+            n if n == record::MAX_CONNS.as_bytes() => (0, config.max_conns),
+            n if n == record::MAX_REQS.as_bytes() => (1, config.max_reqs),
+            n if n == record::MPXS_CONNS.as_bytes() => (2, 0),
+            // Unknown variables are left out of the answer, as the specification says.
+            _ => continue,
+        };
+        if !std::mem::replace(&mut answered[slot], true) {
+            record::encode_name_value(name, value.to_string().as_bytes(), &mut body);
+        }
+    }
+    record::encode_record(record::GET_VALUES_RESULT, 0, &body, out);
+    Ok(())
+}

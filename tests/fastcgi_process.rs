@@ -1,0 +1,255 @@
+//! `fastcgi::run` in a real process (`examples/echo_fcgi.rs`): fd 0 detection (Unix and TCP
+//! listening sockets, CGI, neither), `--listen unix:`, SIGTERM (exit 0, idle or with a request in
+//! flight), and stdout staying silent in FastCGI mode.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::fcgi::FcgiClient;
+
+/// Safety net for waiting on the child (never reached when things work).
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The example binary, built by `cargo test` with the other targets (or built here if needed).
+fn echo_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().unwrap().parent().unwrap();
+        let bin = dir.join("examples").join("echo_fcgi");
+        if !bin.exists() {
+            // `cargo test --test fastcgi_process` alone does not build the examples.
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--example", "echo_fcgi"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(status.success(), "cargo build --example echo_fcgi failed");
+        }
+        bin
+    })
+    .clone()
+}
+
+fn command() -> Command {
+    let mut c = Command::new(echo_bin());
+    c.env_remove("GATEWAY_INTERFACE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn sigterm(child: &Child) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+}
+
+fn wait(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if start.elapsed() > WAIT {
+            let _ = child.kill();
+            panic!("the child did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn output_of(child: &mut Child) -> (String, String) {
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (out, err)
+}
+
+/// Connects once the child listens on `path`.
+fn connect_unix(path: &Path) -> FcgiClient {
+    let start = Instant::now();
+    loop {
+        match FcgiClient::unix(path) {
+            Ok(c) => return c,
+            Err(_) if start.elapsed() < WAIT => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("cannot connect to {}: {e}", path.display()),
+        }
+    }
+}
+
+fn post(c: &mut FcgiClient, body: &[u8]) -> String {
+    let r = c
+        .request(&[("REQUEST_METHOD", "POST"), ("QUERY_STRING", "")], body)
+        .unwrap();
+    assert_eq!(r.status, 200);
+    r.text()
+}
+
+fn get_max_conns(c: &mut FcgiClient) -> String {
+    let v = c.get_values(&["FCGI_MAX_CONNS"]).unwrap();
+    assert_eq!(v.len(), 1);
+    v[0].1.clone()
+}
+
+#[test]
+fn listen_unix_then_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("app.sock");
+    // A stale socket file from a previous run is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let spec = format!("unix:{}", sock.display());
+    let mut child = command()
+        .args(["--listen", &spec])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut c = connect_unix(&sock);
+    assert_eq!(get_max_conns(&mut c), "256");
+    assert_eq!(post(&mut c, b"hello"), "method=POST len=5 sum=532\n");
+    let mut c2 = connect_unix(&sock);
+    assert_eq!(
+        post(&mut c2, &[1u8; 100_000]),
+        "method=POST len=100000 sum=100000\n"
+    );
+    sigterm(&child);
+    let status = wait(&mut child);
+    let (out, err) = output_of(&mut child);
+    assert_eq!(status.code(), Some(0), "stderr: {err}");
+    assert_eq!(out, "", "nothing may be written to stdout in FastCGI mode");
+    assert!(!sock.exists(), "the socket file is removed on exit");
+}
+
+#[test]
+fn sigterm_with_a_request_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("app.sock");
+    let spec = format!("unix:{}", sock.display());
+    let mut child = command()
+        .args(["--listen", &spec])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut c = connect_unix(&sock);
+    // The round trip proves the connection is being served.
+    assert_eq!(get_max_conns(&mut c), "256");
+    c.send_begin(1, common::fcgi::ROLE_RESPONDER, 0).unwrap();
+    c.send_params(1, &[("QUERY_STRING", "slow")]).unwrap();
+    c.send_stdin(1, b"data").unwrap();
+    c.send_stdin(1, b"").unwrap();
+    sigterm(&child);
+    // The handler never finishes: it is dropped after the grace period and the process exits 0.
+    let status = wait(&mut child);
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        c.read_record().unwrap().is_none(),
+        "no answer, connection closed"
+    );
+}
+
+#[test]
+fn inherited_unix_socket_on_fd0() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("fcgid.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let mut child = command()
+        .stdin(Stdio::from(OwnedFd::from(listener)))
+        .spawn()
+        .unwrap();
+    let mut c = FcgiClient::unix(&sock).unwrap();
+    // One connection at a time, as mod_fcgid expects.
+    assert_eq!(get_max_conns(&mut c), "1");
+    assert_eq!(post(&mut c, b"a"), "method=POST len=1 sum=97\n");
+    for _ in 0..3 {
+        let mut c = FcgiClient::unix(&sock).unwrap();
+        assert_eq!(post(&mut c, b"ab"), "method=POST len=2 sum=195\n");
+    }
+    sigterm(&child);
+    let status = wait(&mut child);
+    let (out, err) = output_of(&mut child);
+    assert_eq!(status.code(), Some(0), "stderr: {err}");
+    assert_eq!(out, "");
+}
+
+#[test]
+fn inherited_tcp_socket_on_fd0() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut child = command()
+        .stdin(Stdio::from(OwnedFd::from(listener)))
+        .spawn()
+        .unwrap();
+    let mut c = FcgiClient::tcp(addr).unwrap();
+    assert_eq!(post(&mut c, b"xyz"), "method=POST len=3 sum=363\n");
+    sigterm(&child);
+    assert_eq!(wait(&mut child).code(), Some(0));
+}
+
+#[test]
+fn cgi_mode() {
+    let mut child = command()
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("REQUEST_METHOD", "POST")
+        .env("CONTENT_LENGTH", "5")
+        .env("QUERY_STRING", "")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // More than CONTENT_LENGTH: only 5 bytes are the body.
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"helloEXTRA")
+        .unwrap();
+    let status = wait(&mut child);
+    let (out, err) = output_of(&mut child);
+    assert_eq!(status.code(), Some(0), "stderr: {err}");
+    assert!(out.starts_with("Status: 200 OK\r\n"), "{out:?}");
+    assert!(
+        out.ends_with("\r\n\r\nmethod=POST len=5 sum=532\n"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn neither_fastcgi_nor_cgi_is_a_usage_error() {
+    let mut child = command().stdin(Stdio::null()).spawn().unwrap();
+    let status = wait(&mut child);
+    let (out, err) = output_of(&mut child);
+    assert_eq!(status.code(), Some(2));
+    assert_eq!(out, "");
+    assert!(err.contains("GATEWAY_INTERFACE absent"), "{err}");
+}
+
+#[test]
+fn bad_listen_address_is_refused() {
+    let mut child = command()
+        .args(["--listen", "http://x"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait(&mut child);
+    let (_, err) = output_of(&mut child);
+    assert_eq!(status.code(), Some(2));
+    assert!(err.contains("adresse d'écoute invalide"), "{err}");
+}

@@ -14,9 +14,9 @@ use serde_json::{Map, Value, json};
 
 use crate::config::Config;
 use crate::http::Response;
+use crate::log::Log;
 use crate::log::redact;
 use crate::metadata::path_suffixed_url;
-use crate::router::App;
 
 /// Token types an access token may announce in the introspection answer (case-insensitive).
 const ACCESS_TOKEN_TYPES: &[&str] = &[
@@ -403,8 +403,11 @@ fn introspect_blocking(
 
 /// POSTs the token to `oauth_introspection_url` and returns the answer as a JSON object; every
 /// failure is [`AuthError::Unavailable`].
-pub async fn introspect(app: &App, token: &str) -> Result<Map<String, Value>, AuthError> {
-    let cfg = &app.cfg;
+pub async fn introspect(
+    cfg: &Config,
+    log: &Log,
+    token: &str,
+) -> Result<Map<String, Value>, AuthError> {
     let timeout = Duration::from_secs_f64(cfg.oauth_delai_max_secondes);
     let url = cfg.oauth_introspection_url.clone();
     let basic = client_basic_auth(cfg);
@@ -418,7 +421,7 @@ pub async fn introspect(app: &App, token: &str) -> Result<Map<String, Value>, Au
         Ok(Ok(r)) => r,
     };
     let (status, body) = outcome.map_err(AuthError::Unavailable)?;
-    app.log.debug(&format!(
+    log.debug(&format!(
         "introspection : HTTP {status} {}",
         debug_dump(&body, token)
     ));
@@ -442,28 +445,438 @@ pub async fn introspect(app: &App, token: &str) -> Result<Map<String, Value>, Au
 
 /// The whole check of contract §7 for one request, given its `Authorization` header.
 /// Refusals are logged here (one line each, the token redacted).
-pub async fn authorize(app: &App, authorization: Option<&str>) -> Result<TokenInfo, AuthError> {
+pub async fn authorize(
+    cfg: &Config,
+    log: &Log,
+    authorization: Option<&str>,
+) -> Result<TokenInfo, AuthError> {
     let token = match extract_bearer(authorization) {
         Ok(t) => t,
         Err(e) => {
-            app.log
-                .line(&format!("POST /mcp.php — {} — REFUSÉ", e.reason()));
+            log.line(&format!("POST /mcp.php — {} — REFUSÉ", e.reason()));
             return Err(e);
         }
     };
-    let result = match introspect(app, token).await {
+    let result = match introspect(cfg, log, token).await {
         Ok(answer) => {
             let now = jiff::Timestamp::now().as_second();
-            check_introspection(&app.cfg, &answer, now)
+            check_introspection(cfg, &answer, now)
         }
         Err(e) => Err(e),
     };
     if let Err(e) = &result {
-        app.log.line(&format!(
+        log.line(&format!(
             "POST /mcp.php — {} [token {}] — REFUSÉ",
             e.reason(),
             redact(token)
         ));
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::introspection::{self as is, IntrospectionServer};
+    use crate::testutil::{config, log_text};
+
+    const RM: &str = "resource_metadata=\"https://depot.example.org/.well-known/oauth-protected-resource/mcp.php\"";
+
+    #[test]
+    fn bearer_extraction() {
+        assert_eq!(extract_bearer(None), Err(AuthError::Missing));
+        assert_eq!(extract_bearer(Some("")), Err(AuthError::Missing));
+        assert_eq!(extract_bearer(Some("  ")), Err(AuthError::Missing));
+        assert_eq!(
+            extract_bearer(Some("Bearer abc.DEF-_~+/==")),
+            Ok("abc.DEF-_~+/==")
+        );
+        assert_eq!(extract_bearer(Some("bearer abc")), Ok("abc"));
+        assert_eq!(extract_bearer(Some("BEARER   abc  ")), Ok("abc"));
+        for bad in [
+            "Basic dXNlcjpwYXNz",
+            "Bearer",
+            "Bearer   ",
+            "Bearer a b",
+            "Bearer a, Bearer b",
+            "Bearer a,b",
+            "Token abc",
+            "Bearerabc",
+            "Bearer a\"b",
+        ] {
+            let e = extract_bearer(Some(bad)).unwrap_err();
+            assert!(matches!(e, AuthError::InvalidRequest(_)), "{bad}: {e:?}");
+            assert_eq!(e.status(), 400);
+        }
+    }
+
+    #[test]
+    fn exact_challenges() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let ch = |e: AuthError, cfg: &Config| e.challenge(cfg);
+        assert_eq!(
+            ch(AuthError::Missing, &cfg).unwrap(),
+            format!("Bearer {RM}")
+        );
+        assert_eq!(
+            ch(AuthError::InvalidToken("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"invalid_token\", {RM}")
+        );
+        assert_eq!(
+            ch(AuthError::InvalidRequest("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"invalid_request\", {RM}")
+        );
+        assert_eq!(ch(AuthError::Unavailable("x".into()), &cfg), None);
+        cfg.oauth_scope_requis = "fichiers:lire".into();
+        assert_eq!(
+            ch(AuthError::Missing, &cfg).unwrap(),
+            format!("Bearer {RM}, scope=\"fichiers:lire\"")
+        );
+        assert_eq!(
+            ch(AuthError::InvalidToken("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"invalid_token\", {RM}, scope=\"fichiers:lire\"")
+        );
+        assert_eq!(
+            ch(AuthError::InvalidRequest("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"invalid_request\", {RM}")
+        );
+        assert_eq!(
+            ch(AuthError::InsufficientScope("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"insufficient_scope\", scope=\"fichiers:lire\", {RM}")
+        );
+    }
+
+    #[test]
+    fn responses_carry_status_and_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let cases = [
+            (AuthError::Missing, 401, true),
+            (AuthError::InvalidRequest("x".into()), 400, true),
+            (AuthError::InvalidToken("x".into()), 401, true),
+            (AuthError::InsufficientScope("x".into()), 403, true),
+            (AuthError::Unavailable("x".into()), 503, false),
+        ];
+        for (e, status, challenge) in cases {
+            let r = e.to_response(&cfg);
+            assert_eq!(r.status, status);
+            assert_eq!(r.get_header("WWW-Authenticate").is_some(), challenge);
+            assert_eq!(r.get_header("Content-Type"), Some("application/json"));
+            assert_eq!(
+                r.get_header("Retry-After"),
+                (status == 503).then_some("5"),
+                "{e:?}"
+            );
+        }
+    }
+
+    fn answer(v: serde_json::Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn introspection_answer_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let r = "https://depot.example.org/mcp.php";
+        let now = 1_800_000_000;
+        let ok = |cfg: &Config, v| check_introspection(cfg, &answer(v), now);
+        assert!(ok(&cfg, json!({"active": true, "aud": r})).is_ok());
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": [ "x", r ], "exp": now + 1})
+            )
+            .is_ok()
+        );
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": "HTTPS://DEPOT.EXAMPLE.ORG/mcp.php"})
+            )
+            .is_ok()
+        );
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": r, "token_type": "bearer"})
+            )
+            .is_ok()
+        );
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": r, "token_type": "Access_Token"})
+            )
+            .is_ok()
+        );
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": r,
+            "token_type": "urn:ietf:params:oauth:token-type:access_token"})
+            )
+            .is_ok()
+        );
+        let invalid = [
+            json!({"active": false, "aud": r}),
+            json!({"active": "true", "aud": r}),
+            json!({"active": 1, "aud": r}),
+            json!({"aud": r}),
+            json!({"active": true, "aud": r, "exp": now}),
+            json!({"active": true, "aud": r, "exp": now - 5}),
+            json!({"active": true, "aud": r, "exp": "demain"}),
+            json!({"active": true, "aud": "https://depot.example.org/MCP.php"}),
+            json!({"active": true, "aud": "https://autre.example/mcp.php"}),
+            json!({"active": true, "aud": ["https://autre.example/mcp.php"]}),
+            json!({"active": true, "aud": []}),
+            json!({"active": true, "aud": 3}),
+            json!({"active": true}),
+            json!({"active": true, "scope": "fichiers:lire"}),
+            json!({"active": true, "aud": r, "token_type": "refresh_token"}),
+            json!({"active": true, "aud": r, "token_type": 7}),
+        ];
+        for v in invalid {
+            let e = ok(&cfg, v.clone()).unwrap_err();
+            assert!(matches!(e, AuthError::InvalidToken(_)), "{v}: {e:?}");
+        }
+        cfg.oauth_audience_obligatoire = false;
+        assert!(ok(&cfg, json!({"active": true})).is_ok());
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": "https://autre.example/"})
+            )
+            .is_err()
+        );
+        cfg.oauth_scope_requis = "fichiers:lire".into();
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "scope": "openid fichiers:lire"})
+            )
+            .is_ok()
+        );
+        for v in [
+            json!({"active": true}),
+            json!({"active": true, "scope": "openid"}),
+            json!({"active": true, "scope": "fichiers:lire:tout"}),
+            json!({"active": true, "scope": ["fichiers:lire"]}),
+        ] {
+            let e = ok(&cfg, v.clone()).unwrap_err();
+            assert!(matches!(e, AuthError::InsufficientScope(_)), "{v}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn client_credentials_are_form_encoded_before_base64() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        assert_eq!(client_basic_auth(&cfg), is::expected_basic());
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(client_basic_auth(&cfg).strip_prefix("Basic ").unwrap())
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(raw).unwrap(),
+            "depot+client:s3cr3t%3A%26%3D%2B+%C3%A9"
+        );
+    }
+
+    #[test]
+    fn debug_dump_redacts_and_truncates() {
+        let raw = r#"{"active":true,"access_token":"abcdefghijkl","refresh_token":"zyxwvutsrq","note":"tok-123456789"}"#;
+        let d = debug_dump(raw, "tok-123456789");
+        assert!(!d.contains("abcdefghijkl") && !d.contains("zyxwvutsrq"));
+        assert!(!d.contains("tok-123456789"));
+        assert!(d.contains("abcd…") && d.contains("tok-…"));
+        let long = format!("<html>{}</html>", "x".repeat(2000));
+        assert_eq!(debug_dump(&long, "t0k").chars().count(), 501);
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn against_a_real_introspection_server() {
+        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), &server.url(), "debug = true");
+        let log = Log::open(&cfg.dossier_log, true, 1 << 20, 1);
+        let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
+
+        let info = auth(is::TOK_ACTIVE).unwrap();
+        assert_eq!(info.client_id.as_deref(), Some("claude"));
+        let rec = server.recorded();
+        let last = rec.last().unwrap();
+        assert_eq!(last.method, "POST");
+        assert_eq!(last.path, "/introspect");
+        assert_eq!(
+            last.authorization.as_deref(),
+            Some(is::expected_basic().as_str())
+        );
+        assert_eq!(
+            last.content_type.as_deref(),
+            Some("application/x-www-form-urlencoded")
+        );
+        assert_eq!(last.body, "token=tok-active&token_type_hint=access_token");
+
+        assert!(auth(is::TOK_AUD_ARRAY).is_ok());
+        assert!(auth(is::TOK_AUD_UPPER).is_ok());
+        assert!(
+            auth(is::TOK_NO_SCOPE).is_ok(),
+            "no scope required by default"
+        );
+        for tok in [
+            is::TOK_INACTIVE,
+            is::TOK_ACTIVE_STRING,
+            is::TOK_FOREIGN_AUD,
+            is::TOK_NO_AUD,
+            is::TOK_EXPIRED,
+            is::TOK_REFRESH_LIKE,
+            is::TOK_REFRESH_TYPE,
+            "unknown-token",
+        ] {
+            let e = auth(tok).unwrap_err();
+            assert!(matches!(e, AuthError::InvalidToken(_)), "{tok}: {e:?}");
+        }
+        for tok in [
+            is::TOK_NOT_JSON,
+            is::TOK_JSON_ARRAY,
+            is::TOK_500,
+            is::TOK_REDIRECT,
+        ] {
+            let e = auth(tok).unwrap_err();
+            assert!(matches!(e, AuthError::Unavailable(_)), "{tok}: {e:?}");
+            assert_eq!(e.to_response(&cfg).status, 503);
+        }
+        // Nothing of the introspection server's table is cached: each call asks again.
+        let before = server.recorded().len();
+        auth(is::TOK_ACTIVE).unwrap();
+        auth(is::TOK_ACTIVE).unwrap();
+        assert_eq!(server.recorded().len(), before + 2);
+
+        let text = log_text(dir.path());
+        assert!(
+            text.contains("token invalide (inactif) [token tok-…] — REFUSÉ"),
+            "{text}"
+        );
+        assert!(text.contains("DEBUG introspection : HTTP 200"), "{text}");
+        assert!(!text.contains("tok-active\""), "{text}");
+        assert!(!text.contains(is::CLIENT_SECRET), "{text}");
+    }
+
+    #[test]
+    fn scope_required() {
+        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            &server.url(),
+            "oauth_scope_requis = \"fichiers:lire\"",
+        );
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
+        assert!(auth(is::TOK_ACTIVE).is_ok());
+        for tok in [is::TOK_NO_SCOPE, is::TOK_OTHER_SCOPE] {
+            let e = auth(tok).unwrap_err();
+            assert!(matches!(e, AuthError::InsufficientScope(_)), "{tok}: {e:?}");
+            assert_eq!(e.to_response(&cfg).status, 403);
+        }
+    }
+
+    #[test]
+    fn wrong_client_secret_is_a_503() {
+        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), &server.url(), "");
+        cfg.oauth_client_secret = "pas-le-bon-secret".into();
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let e = rt()
+            .block_on(authorize(&cfg, &log, Some("Bearer tok-active")))
+            .unwrap_err();
+        let AuthError::Unavailable(why) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            why.contains("401") && why.contains("oauth_client_secret"),
+            "{why}"
+        );
+        let r = e.to_response(&cfg);
+        assert_eq!(r.status, 503);
+        assert_eq!(r.get_header("Retry-After"), Some("5"));
+        assert!(r.get_header("WWW-Authenticate").is_none());
+        let text = log_text(dir.path());
+        assert!(
+            text.contains("introspection impossible (réponse HTTP 401"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("pas-le-bon-secret") && !text.contains("tok-active"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn slow_server_is_cut_at_the_configured_delay() {
+        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), &server.url(), "");
+        cfg.oauth_delai_max_secondes = 0.5;
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let t0 = std::time::Instant::now();
+        let e = rt()
+            .block_on(authorize(
+                &cfg,
+                &log,
+                Some(&format!("Bearer {}", is::TOK_SLOW)),
+            ))
+            .unwrap_err();
+        let took = t0.elapsed();
+        assert!(
+            matches!(&e, AuthError::Unavailable(w) if w.contains("délai")),
+            "{e:?}"
+        );
+        assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
+    }
+
+    #[test]
+    fn unreachable_server_is_a_503() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), &is::refused_url(), "");
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let e = rt()
+            .block_on(authorize(&cfg, &log, Some("Bearer tok-active")))
+            .unwrap_err();
+        assert!(
+            matches!(&e, AuthError::Unavailable(w) if w.contains("injoignable")),
+            "{e:?}"
+        );
+        assert!(log_text(dir.path()).contains("introspection impossible"));
+    }
+
+    #[test]
+    fn header_problems_never_reach_the_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), &is::refused_url(), "");
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let rt = rt();
+        assert_eq!(
+            rt.block_on(authorize(&cfg, &log, None)),
+            Err(AuthError::Missing)
+        );
+        assert!(matches!(
+            rt.block_on(authorize(&cfg, &log, Some("Basic eDp5"))),
+            Err(AuthError::InvalidRequest(_))
+        ));
+        let text = log_text(dir.path());
+        assert!(
+            text.contains("POST /mcp.php — token absent — REFUSÉ"),
+            "{text}"
+        );
+    }
 }

@@ -170,7 +170,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             req.header("Content-Length"),
         ));
     }
-    if let Err(e) = oauth::authorize(app, req.header("Authorization")).await {
+    if let Err(e) = oauth::authorize(cfg, &app.log, req.header("Authorization")).await {
         return e.to_response(cfg);
     }
     let limit = cfg.mcp_taille_max_requete_octets;

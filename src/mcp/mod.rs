@@ -226,3 +226,5 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         Reply::Json(status, v) => json_response(status, &v),
     }
 }
+#[cfg(test)]
+mod tests;

@@ -290,47 +290,47 @@ fn legacy_batch(
 /// The common JSON-RPC checks: `Err` = reply now, `Ok(None)` = notification or client response
 /// (202), `Ok(Some((id, method)))` = a request.
 #[allow(clippy::type_complexity)]
-fn classify(msg: &Value) -> Result<Option<(Value, &str)>, (Value, RpcError)> {
+fn classify(msg: &Value) -> Result<Option<(Value, &str)>, Box<(Value, RpcError)>> {
     let Some(obj) = msg.as_object() else {
-        return Err((
+        return Err(Box::new((
             Value::Null,
             RpcError::invalid_request("Invalid Request: expected a JSON-RPC object"),
-        ));
+        )));
     };
     let id = obj.get("id");
     let id_for_error = id.filter(|i| valid_id(i)).cloned().unwrap_or(Value::Null);
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err((
+        return Err(Box::new((
             id_for_error,
             RpcError::invalid_request("Invalid Request: jsonrpc must be \"2.0\""),
-        ));
+        )));
     }
     let method = match obj.get("method") {
         Some(Value::String(m)) => m.as_str(),
         Some(_) => {
-            return Err((
+            return Err(Box::new((
                 id_for_error,
                 RpcError::invalid_request("Invalid Request: method must be a string"),
-            ));
+            )));
         }
         None => {
             // A response from the client (to a request we never send): accepted, dropped.
             if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) {
                 return Ok(None);
             }
-            return Err((
+            return Err(Box::new((
                 id_for_error,
                 RpcError::invalid_request("Invalid Request: missing method"),
-            ));
+            )));
         }
     };
     match id {
         None => Ok(None),
         Some(i) if valid_id(i) => Ok(Some((i.clone(), method))),
-        Some(_) => Err((
+        Some(_) => Err(Box::new((
             Value::Null,
             RpcError::invalid_request("Invalid Request: id must be a string or an integer"),
-        )),
+        ))),
     }
 }
 
@@ -344,7 +344,7 @@ fn legacy_message(
     in_batch: bool,
 ) -> Option<(u16, Value)> {
     let (id, method) = match classify(msg) {
-        Err((id, e)) => return Some((e.status, e.response(&id))),
+        Err(b) => return Some((b.1.status, b.1.response(&b.0))),
         Ok(None) => return None,
         Ok(Some(r)) => r,
     };
@@ -440,7 +440,7 @@ fn modern(
 ) -> Reply {
     // a.
     let (id, method) = match classify(msg) {
-        Err((id, e)) => return error_reply(&id, e),
+        Err(b) => return error_reply(&b.0, b.1),
         Ok(None) => return Reply::Accepted,
         Ok(Some(r)) => r,
     };

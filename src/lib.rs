@@ -14,4 +14,6 @@ pub mod names;
 pub mod oauth;
 pub mod router;
 pub mod store;
+#[cfg(test)]
+pub(crate) mod testutil;
 pub mod upload;

@@ -1,1 +1,882 @@
-//! OAuth 2.1 resource server: bearer extraction and RFC 7662 introspection (contract §7). STUB — see issue 3.
+//! OAuth 2.1 resource server for `/mcp.php` (contract §7): bearer extraction from `Authorization`,
+//! RFC 7662 introspection of the token at the authorization server, and the checks of its answer
+//! (`active`, `exp`, `token_type`, audience, scope).
+//!
+//! Every failure of this boundary is an [`AuthError`]; [`AuthError::to_response`] is the one place
+//! where it becomes an HTTP answer (status, `WWW-Authenticate` challenge, `Retry-After`).
+//! Introspection results are never cached, the token is never logged in full ([`crate::log::redact`]).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+use crate::config::Config;
+use crate::http::Response;
+use crate::log::Log;
+use crate::log::redact;
+use crate::metadata::path_suffixed_url;
+
+/// Token types an access token may announce in the introspection answer (case-insensitive).
+const ACCESS_TOKEN_TYPES: &[&str] = &[
+    "bearer",
+    "access_token",
+    "urn:ietf:params:oauth:token-type:access_token",
+];
+
+/// Largest introspection answer read (a real one is a few hundred bytes).
+const MAX_INTROSPECTION_BODY: u64 = 64 * 1024;
+
+/// How much of the raw introspection answer the debug log shows.
+const DEBUG_DUMP_CHARS: usize = 500;
+
+/// `Retry-After` sent with a 503 when the authorization server cannot answer.
+pub const RETRY_AFTER_SECONDS: u32 = 5;
+
+/// Why a request to `/mcp.php` is not authorized. The `String`s are French explanations for the
+/// log; they never hold the token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuthError {
+    /// No `Authorization` header (or an empty one) → 401, challenge without `error`.
+    Missing,
+    /// Another scheme, `Bearer` without token, several tokens → 400 `invalid_request`.
+    InvalidRequest(String),
+    /// Inactive, expired, foreign audience, not an access token… → 401 `invalid_token`.
+    InvalidToken(String),
+    /// The required scope is not granted → 403 `insufficient_scope`.
+    InsufficientScope(String),
+    /// The introspection call failed (unreachable, too slow, non-200, not a JSON object) → 503.
+    Unavailable(String),
+}
+
+impl AuthError {
+    pub fn status(&self) -> u16 {
+        match self {
+            AuthError::Missing | AuthError::InvalidToken(_) => 401,
+            AuthError::InvalidRequest(_) => 400,
+            AuthError::InsufficientScope(_) => 403,
+            AuthError::Unavailable(_) => 503,
+        }
+    }
+
+    /// The OAuth error code (RFC 6750 §3.1), none for a missing token.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            AuthError::Missing => None,
+            AuthError::InvalidRequest(_) => Some("invalid_request"),
+            AuthError::InvalidToken(_) => Some("invalid_token"),
+            AuthError::InsufficientScope(_) => Some("insufficient_scope"),
+            AuthError::Unavailable(_) => Some("temporarily_unavailable"),
+        }
+    }
+
+    /// What happened, in French, for the log line.
+    pub fn reason(&self) -> String {
+        match self {
+            AuthError::Missing => "token absent".into(),
+            AuthError::InvalidRequest(why) => format!("en-tête Authorization invalide ({why})"),
+            AuthError::InvalidToken(why) => format!("token invalide ({why})"),
+            AuthError::InsufficientScope(why) => format!("scope insuffisant ({why})"),
+            AuthError::Unavailable(why) => format!("introspection impossible ({why})"),
+        }
+    }
+
+    /// The French sentence of the JSON body.
+    fn message(&self) -> &'static str {
+        match self {
+            AuthError::Missing => {
+                "Authentification requise : envoyer un token OAuth (Authorization: Bearer …)."
+            }
+            AuthError::InvalidRequest(_) => {
+                "En-tête Authorization invalide : un seul token, au format « Bearer <token> »."
+            }
+            AuthError::InvalidToken(_) => {
+                "Token OAuth invalide, expiré ou non destiné à ce serveur."
+            }
+            AuthError::InsufficientScope(_) => "Le token OAuth ne porte pas le scope requis.",
+            AuthError::Unavailable(_) => {
+                "Le serveur d'autorisation est momentanément injoignable : réessayer dans quelques secondes."
+            }
+        }
+    }
+
+    /// The `WWW-Authenticate` value, `None` for a 503 (the caller's token is not at fault).
+    pub fn challenge(&self, cfg: &Config) -> Option<String> {
+        let rm = format!("resource_metadata=\"{}\"", path_suffixed_url(cfg));
+        let scope = (!cfg.oauth_scope_requis.is_empty())
+            .then(|| format!("scope=\"{}\"", cfg.oauth_scope_requis));
+        let parts: Vec<String> = match self {
+            AuthError::Missing => std::iter::once(rm).chain(scope).collect(),
+            AuthError::InvalidToken(_) => std::iter::once("error=\"invalid_token\"".to_string())
+                .chain(std::iter::once(rm))
+                .chain(scope)
+                .collect(),
+            AuthError::InvalidRequest(_) => vec!["error=\"invalid_request\"".to_string(), rm],
+            AuthError::InsufficientScope(_) => {
+                std::iter::once("error=\"insufficient_scope\"".to_string())
+                    .chain(scope)
+                    .chain(std::iter::once(rm))
+                    .collect()
+            }
+            AuthError::Unavailable(_) => return None,
+        };
+        Some(format!("Bearer {}", parts.join(", ")))
+    }
+
+    /// The one place where an authorization failure becomes an HTTP answer.
+    pub fn to_response(&self, cfg: &Config) -> Response {
+        let mut body = json!({"error": self.code(), "error_description": self.message()});
+        if matches!(self, AuthError::Missing) {
+            body = json!({"error_description": self.message()});
+        }
+        let mut r = Response::json(self.status(), &body)
+            .header("Cache-Control", "no-store")
+            .header("X-Content-Type-Options", "nosniff");
+        if let Some(c) = self.challenge(cfg) {
+            r = r.header("WWW-Authenticate", c);
+        }
+        if matches!(self, AuthError::Unavailable(_)) {
+            r = r.header("Retry-After", RETRY_AFTER_SECONDS.to_string());
+        }
+        r
+    }
+}
+
+/// The bearer token of an `Authorization` header value (`None` = header absent or empty).
+/// The scheme is case-insensitive; anything but exactly one token after `Bearer` is refused.
+pub fn extract_bearer(header: Option<&str>) -> Result<&str, AuthError> {
+    let Some(value) = header else {
+        return Err(AuthError::Missing);
+    };
+    let value = value.trim_matches([' ', '\t']);
+    if value.is_empty() {
+        return Err(AuthError::Missing);
+    }
+    let (scheme, rest) = match value.find([' ', '\t']) {
+        Some(i) => (&value[..i], value[i..].trim_matches([' ', '\t'])),
+        None => (value, ""),
+    };
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::InvalidRequest(format!(
+            "schéma « {} » au lieu de Bearer",
+            redact(scheme)
+        )));
+    }
+    if rest.is_empty() {
+        return Err(AuthError::InvalidRequest("Bearer sans token".into()));
+    }
+    if rest.contains([' ', '\t', ',']) {
+        return Err(AuthError::InvalidRequest("plusieurs tokens".into()));
+    }
+    // RFC 6750 b64token: 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+    let body = rest.trim_end_matches('=');
+    if body.is_empty()
+        || !body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b))
+    {
+        return Err(AuthError::InvalidRequest(
+            "caractères interdits dans le token".into(),
+        ));
+    }
+    Ok(rest)
+}
+
+/// What a valid token told us (for the log).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TokenInfo {
+    pub client_id: Option<String>,
+    pub sub: Option<String>,
+    pub scope: Option<String>,
+}
+
+/// The host part of an absolute URL compared case-insensitively: `(scheme, authority, rest)`.
+fn split_url(u: &str) -> Option<(String, String, &str)> {
+    let (scheme, rest) = u.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    Some((
+        scheme.to_ascii_lowercase(),
+        rest[..end].to_ascii_lowercase(),
+        &rest[end..],
+    ))
+}
+
+/// Does an audience value name this resource? Scheme and host compare case-insensitively
+/// (checklist E.11), the path exactly.
+pub fn audience_matches(aud: &str, resource: &str) -> bool {
+    if aud == resource {
+        return true;
+    }
+    match (split_url(aud), split_url(resource)) {
+        (Some(a), Some(r)) => a == r,
+        _ => false,
+    }
+}
+
+/// Checks an RFC 7662 answer (already known to be a JSON object) against contract §7.3–4.
+/// `now` is the current Unix time in seconds.
+pub fn check_introspection(
+    cfg: &Config,
+    answer: &Map<String, Value>,
+    now: i64,
+) -> Result<TokenInfo, AuthError> {
+    if answer.get("active") != Some(&Value::Bool(true)) {
+        return Err(AuthError::InvalidToken("inactif".into()));
+    }
+    if let Some(exp) = answer.get("exp") {
+        match exp.as_f64() {
+            Some(e) if e > now as f64 => {}
+            Some(_) => return Err(AuthError::InvalidToken("expiré (exp)".into())),
+            None => return Err(AuthError::InvalidToken("exp illisible".into())),
+        }
+    }
+    if let Some(tt) = answer.get("token_type") {
+        let ok = tt.as_str().is_some_and(|t| {
+            ACCESS_TOKEN_TYPES
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(t.trim()))
+        });
+        if !ok {
+            return Err(AuthError::InvalidToken(format!(
+                "token_type {tt} n'est pas un access token"
+            )));
+        }
+    }
+    match answer.get("aud") {
+        None | Some(Value::Null) => {
+            if cfg.oauth_audience_obligatoire {
+                return Err(AuthError::InvalidToken("aud absent".into()));
+            }
+        }
+        Some(Value::String(a)) => {
+            if !audience_matches(a, &cfg.mcp_resource_url) {
+                return Err(AuthError::InvalidToken(format!("aud étranger « {a} »")));
+            }
+        }
+        Some(Value::Array(list)) => {
+            let hit = list
+                .iter()
+                .filter_map(Value::as_str)
+                .any(|a| audience_matches(a, &cfg.mcp_resource_url));
+            if !hit {
+                return Err(AuthError::InvalidToken("aud étranger (liste)".into()));
+            }
+        }
+        Some(other) => {
+            return Err(AuthError::InvalidToken(format!("aud illisible ({other})")));
+        }
+    }
+    let scope = answer.get("scope").and_then(Value::as_str);
+    if !cfg.oauth_scope_requis.is_empty() {
+        let granted = scope.is_some_and(|s| s.split(' ').any(|x| x == cfg.oauth_scope_requis));
+        if !granted {
+            return Err(AuthError::InsufficientScope(format!(
+                "« {} » requis, accordé : « {} »",
+                cfg.oauth_scope_requis,
+                scope.unwrap_or("")
+            )));
+        }
+    }
+    Ok(TokenInfo {
+        client_id: answer
+            .get("client_id")
+            .and_then(Value::as_str)
+            .map(String::from),
+        sub: answer.get("sub").and_then(Value::as_str).map(String::from),
+        scope: scope.map(String::from),
+    })
+}
+
+/// `application/x-www-form-urlencoded` encoding (RFC 6749 §2.3.1 for client credentials).
+fn form_urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The `Authorization: Basic …` value of this server's own confidential client.
+pub fn client_basic_auth(cfg: &Config) -> String {
+    let raw = format!(
+        "{}:{}",
+        form_urlencode(&cfg.oauth_client_id),
+        form_urlencode(&cfg.oauth_client_secret)
+    );
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(raw)
+    )
+}
+
+/// One HTTP agent per process: no redirects followed, HTTP statuses returned (not errors).
+fn agent() -> &'static ureq::Agent {
+    static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        ureq::Agent::config_builder()
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .http_status_as_error(false)
+            .user_agent(concat!("depot-fichiers/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into()
+    })
+}
+
+/// The raw answer for the debug log: token-looking fields redacted, the presented token masked
+/// wherever it appears, truncated.
+pub fn debug_dump(raw: &str, token: &str) -> String {
+    const SECRET_KEYS: &[&str] = &[
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "client_secret",
+    ];
+    let text = match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(mut m)) => {
+            for (k, v) in m.iter_mut() {
+                if SECRET_KEYS.iter().any(|s| s.eq_ignore_ascii_case(k))
+                    && let Value::String(s) = v
+                {
+                    *s = redact(s);
+                }
+            }
+            Value::Object(m).to_string()
+        }
+        _ => raw.to_string(),
+    };
+    let text = if token.is_empty() {
+        text
+    } else {
+        text.replace(token, &redact(token))
+    };
+    let mut out: String = text.chars().take(DEBUG_DUMP_CHARS).collect();
+    if text.chars().count() > DEBUG_DUMP_CHARS {
+        out.push('…');
+    }
+    out
+}
+
+/// The blocking RFC 7662 call; `Ok((status, body))` for any HTTP answer.
+fn introspect_blocking(
+    url: &str,
+    basic: &str,
+    token: &str,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
+    let resp = agent()
+        .post(url)
+        .config()
+        .timeout_global(Some(timeout))
+        .timeout_connect(Some(timeout))
+        .build()
+        .header("Authorization", basic)
+        .header("Accept", "application/json")
+        .send_form([("token", token), ("token_type_hint", "access_token")]);
+    let mut resp = match resp {
+        Ok(r) => r,
+        Err(ureq::Error::Timeout(t)) => return Err(format!("délai dépassé ({t})")),
+        Err(e) => return Err(format!("serveur injoignable : {e}")),
+    };
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_INTROSPECTION_BODY)
+        .read_to_string();
+    match body {
+        Ok(b) => Ok((status, b)),
+        Err(ureq::Error::Timeout(t)) => Err(format!("délai dépassé en lisant la réponse ({t})")),
+        // A non-200 answer whose body is unreadable is still a non-200 answer.
+        Err(_) if status != 200 => Ok((status, String::new())),
+        Err(e) => Err(format!("réponse illisible : {e}")),
+    }
+}
+
+/// POSTs the token to `oauth_introspection_url` and returns the answer as a JSON object; every
+/// failure is [`AuthError::Unavailable`].
+pub async fn introspect(
+    cfg: &Config,
+    log: &Log,
+    token: &str,
+) -> Result<Map<String, Value>, AuthError> {
+    let timeout = Duration::from_secs_f64(cfg.oauth_delai_max_secondes);
+    let url = cfg.oauth_introspection_url.clone();
+    let basic = client_basic_auth(cfg);
+    let tok = token.to_string();
+    let call =
+        tokio::task::spawn_blocking(move || introspect_blocking(&url, &basic, &tok, timeout));
+    // ureq bounds the call itself; this outer bound only guards against a stuck worker.
+    let outcome = match tokio::time::timeout(timeout + Duration::from_secs(1), call).await {
+        Err(_) => Err("délai dépassé".to_string()),
+        Ok(Err(join)) => Err(format!("appel interrompu : {join}")),
+        Ok(Ok(r)) => r,
+    };
+    let (status, body) = outcome.map_err(AuthError::Unavailable)?;
+    log.debug(&format!(
+        "introspection : HTTP {status} {}",
+        debug_dump(&body, token)
+    ));
+    if status != 200 {
+        let hint = if status == 401 {
+            " — identifiants oauth_client_id/oauth_client_secret refusés par le serveur d'autorisation"
+        } else {
+            ""
+        };
+        return Err(AuthError::Unavailable(format!(
+            "réponse HTTP {status}{hint}"
+        )));
+    }
+    match serde_json::from_str::<Value>(&body) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(AuthError::Unavailable(
+            "réponse qui n'est pas un objet JSON".into(),
+        )),
+    }
+}
+
+/// The whole check of contract §7 for one request, given its `Authorization` header.
+/// Refusals are logged here (one line each, the token redacted).
+pub async fn authorize(
+    cfg: &Config,
+    log: &Log,
+    authorization: Option<&str>,
+) -> Result<TokenInfo, AuthError> {
+    let token = match extract_bearer(authorization) {
+        Ok(t) => t,
+        Err(e) => {
+            log.line(&format!("POST /mcp.php — {} — REFUSÉ", e.reason()));
+            return Err(e);
+        }
+    };
+    let result = match introspect(cfg, log, token).await {
+        Ok(answer) => {
+            let now = jiff::Timestamp::now().as_second();
+            check_introspection(cfg, &answer, now)
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &result {
+        log.line(&format!(
+            "POST /mcp.php — {} [token {}] — REFUSÉ",
+            e.reason(),
+            redact(token)
+        ));
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::introspection::{self as is, IntrospectionServer};
+    use crate::testutil::{config, log_text};
+
+    const RM: &str = "resource_metadata=\"https://depot.example.org/.well-known/oauth-protected-resource/mcp.php\"";
+
+    #[test]
+    fn bearer_extraction() {
+        assert_eq!(extract_bearer(None), Err(AuthError::Missing));
+        assert_eq!(extract_bearer(Some("")), Err(AuthError::Missing));
+        assert_eq!(extract_bearer(Some("  ")), Err(AuthError::Missing));
+        assert_eq!(
+            extract_bearer(Some("Bearer abc.DEF-_~+/==")),
+            Ok("abc.DEF-_~+/==")
+        );
+        assert_eq!(extract_bearer(Some("bearer abc")), Ok("abc"));
+        assert_eq!(extract_bearer(Some("BEARER   abc  ")), Ok("abc"));
+        for bad in [
+            "Basic dXNlcjpwYXNz",
+            "Bearer",
+            "Bearer   ",
+            "Bearer a b",
+            "Bearer a, Bearer b",
+            "Bearer a,b",
+            "Token abc",
+            "Bearerabc",
+            "Bearer a\"b",
+        ] {
+            let e = extract_bearer(Some(bad)).unwrap_err();
+            assert!(matches!(e, AuthError::InvalidRequest(_)), "{bad}: {e:?}");
+            assert_eq!(e.status(), 400);
+        }
+    }
+
+    #[test]
+    fn exact_challenges() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let ch = |e: AuthError, cfg: &Config| e.challenge(cfg);
+        assert_eq!(
+            ch(AuthError::Missing, &cfg).unwrap(),
+            format!("Bearer {RM}")
+        );
+        assert_eq!(
+            ch(AuthError::InvalidToken("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"invalid_token\", {RM}")
+        );
+        assert_eq!(
+            ch(AuthError::InvalidRequest("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"invalid_request\", {RM}")
+        );
+        assert_eq!(ch(AuthError::Unavailable("x".into()), &cfg), None);
+        cfg.oauth_scope_requis = "fichiers:lire".into();
+        assert_eq!(
+            ch(AuthError::Missing, &cfg).unwrap(),
+            format!("Bearer {RM}, scope=\"fichiers:lire\"")
+        );
+        assert_eq!(
+            ch(AuthError::InvalidToken("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"invalid_token\", {RM}, scope=\"fichiers:lire\"")
+        );
+        assert_eq!(
+            ch(AuthError::InvalidRequest("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"invalid_request\", {RM}")
+        );
+        assert_eq!(
+            ch(AuthError::InsufficientScope("x".into()), &cfg).unwrap(),
+            format!("Bearer error=\"insufficient_scope\", scope=\"fichiers:lire\", {RM}")
+        );
+    }
+
+    #[test]
+    fn responses_carry_status_and_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let cases = [
+            (AuthError::Missing, 401, true),
+            (AuthError::InvalidRequest("x".into()), 400, true),
+            (AuthError::InvalidToken("x".into()), 401, true),
+            (AuthError::InsufficientScope("x".into()), 403, true),
+            (AuthError::Unavailable("x".into()), 503, false),
+        ];
+        for (e, status, challenge) in cases {
+            let r = e.to_response(&cfg);
+            assert_eq!(r.status, status);
+            assert_eq!(r.get_header("WWW-Authenticate").is_some(), challenge);
+            assert_eq!(r.get_header("Content-Type"), Some("application/json"));
+            assert_eq!(
+                r.get_header("Retry-After"),
+                (status == 503).then_some("5"),
+                "{e:?}"
+            );
+        }
+    }
+
+    fn answer(v: serde_json::Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn introspection_answer_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let r = "https://depot.example.org/mcp.php";
+        let now = 1_800_000_000;
+        let ok = |cfg: &Config, v| check_introspection(cfg, &answer(v), now);
+        assert!(ok(&cfg, json!({"active": true, "aud": r})).is_ok());
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": [ "x", r ], "exp": now + 1})
+            )
+            .is_ok()
+        );
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": "HTTPS://DEPOT.EXAMPLE.ORG/mcp.php"})
+            )
+            .is_ok()
+        );
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": r, "token_type": "bearer"})
+            )
+            .is_ok()
+        );
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": r, "token_type": "Access_Token"})
+            )
+            .is_ok()
+        );
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": r,
+            "token_type": "urn:ietf:params:oauth:token-type:access_token"})
+            )
+            .is_ok()
+        );
+        let invalid = [
+            json!({"active": false, "aud": r}),
+            json!({"active": "true", "aud": r}),
+            json!({"active": 1, "aud": r}),
+            json!({"aud": r}),
+            json!({"active": true, "aud": r, "exp": now}),
+            json!({"active": true, "aud": r, "exp": now - 5}),
+            json!({"active": true, "aud": r, "exp": "demain"}),
+            json!({"active": true, "aud": "https://depot.example.org/MCP.php"}),
+            json!({"active": true, "aud": "https://autre.example/mcp.php"}),
+            json!({"active": true, "aud": ["https://autre.example/mcp.php"]}),
+            json!({"active": true, "aud": []}),
+            json!({"active": true, "aud": 3}),
+            json!({"active": true}),
+            json!({"active": true, "scope": "fichiers:lire"}),
+            json!({"active": true, "aud": r, "token_type": "refresh_token"}),
+            json!({"active": true, "aud": r, "token_type": 7}),
+        ];
+        for v in invalid {
+            let e = ok(&cfg, v.clone()).unwrap_err();
+            assert!(matches!(e, AuthError::InvalidToken(_)), "{v}: {e:?}");
+        }
+        cfg.oauth_audience_obligatoire = false;
+        assert!(ok(&cfg, json!({"active": true})).is_ok());
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "aud": "https://autre.example/"})
+            )
+            .is_err()
+        );
+        cfg.oauth_scope_requis = "fichiers:lire".into();
+        assert!(
+            ok(
+                &cfg,
+                json!({"active": true, "scope": "openid fichiers:lire"})
+            )
+            .is_ok()
+        );
+        for v in [
+            json!({"active": true}),
+            json!({"active": true, "scope": "openid"}),
+            json!({"active": true, "scope": "fichiers:lire:tout"}),
+            json!({"active": true, "scope": ["fichiers:lire"]}),
+        ] {
+            let e = ok(&cfg, v.clone()).unwrap_err();
+            assert!(matches!(e, AuthError::InsufficientScope(_)), "{v}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn client_credentials_are_form_encoded_before_base64() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        assert_eq!(client_basic_auth(&cfg), is::expected_basic());
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(client_basic_auth(&cfg).strip_prefix("Basic ").unwrap())
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(raw).unwrap(),
+            "depot+client:s3cr3t%3A%26%3D%2B+%C3%A9"
+        );
+    }
+
+    #[test]
+    fn debug_dump_redacts_and_truncates() {
+        let raw = r#"{"active":true,"access_token":"abcdefghijkl","refresh_token":"zyxwvutsrq","note":"tok-123456789"}"#;
+        let d = debug_dump(raw, "tok-123456789");
+        assert!(!d.contains("abcdefghijkl") && !d.contains("zyxwvutsrq"));
+        assert!(!d.contains("tok-123456789"));
+        assert!(d.contains("abcd…") && d.contains("tok-…"));
+        let long = format!("<html>{}</html>", "x".repeat(2000));
+        assert_eq!(debug_dump(&long, "t0k").chars().count(), 501);
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn against_a_real_introspection_server() {
+        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), &server.url(), "debug = true");
+        let log = Log::open(&cfg.dossier_log, true, 1 << 20, 1);
+        let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
+
+        let info = auth(is::TOK_ACTIVE).unwrap();
+        assert_eq!(info.client_id.as_deref(), Some("claude"));
+        let rec = server.recorded();
+        let last = rec.last().unwrap();
+        assert_eq!(last.method, "POST");
+        assert_eq!(last.path, "/introspect");
+        assert_eq!(
+            last.authorization.as_deref(),
+            Some(is::expected_basic().as_str())
+        );
+        assert_eq!(
+            last.content_type.as_deref(),
+            Some("application/x-www-form-urlencoded")
+        );
+        assert_eq!(last.body, "token=tok-active&token_type_hint=access_token");
+
+        assert!(auth(is::TOK_AUD_ARRAY).is_ok());
+        assert!(auth(is::TOK_AUD_UPPER).is_ok());
+        assert!(
+            auth(is::TOK_NO_SCOPE).is_ok(),
+            "no scope required by default"
+        );
+        for tok in [
+            is::TOK_INACTIVE,
+            is::TOK_ACTIVE_STRING,
+            is::TOK_FOREIGN_AUD,
+            is::TOK_NO_AUD,
+            is::TOK_EXPIRED,
+            is::TOK_REFRESH_LIKE,
+            is::TOK_REFRESH_TYPE,
+            "unknown-token",
+        ] {
+            let e = auth(tok).unwrap_err();
+            assert!(matches!(e, AuthError::InvalidToken(_)), "{tok}: {e:?}");
+        }
+        for tok in [
+            is::TOK_NOT_JSON,
+            is::TOK_JSON_ARRAY,
+            is::TOK_500,
+            is::TOK_REDIRECT,
+        ] {
+            let e = auth(tok).unwrap_err();
+            assert!(matches!(e, AuthError::Unavailable(_)), "{tok}: {e:?}");
+            assert_eq!(e.to_response(&cfg).status, 503);
+        }
+        // Nothing of the introspection server's table is cached: each call asks again.
+        let before = server.recorded().len();
+        auth(is::TOK_ACTIVE).unwrap();
+        auth(is::TOK_ACTIVE).unwrap();
+        assert_eq!(server.recorded().len(), before + 2);
+
+        let text = log_text(dir.path());
+        assert!(
+            text.contains("token invalide (inactif) [token tok-…] — REFUSÉ"),
+            "{text}"
+        );
+        assert!(text.contains("DEBUG introspection : HTTP 200"), "{text}");
+        assert!(!text.contains("tok-active\""), "{text}");
+        assert!(!text.contains(is::CLIENT_SECRET), "{text}");
+    }
+
+    #[test]
+    fn scope_required() {
+        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            &server.url(),
+            "oauth_scope_requis = \"fichiers:lire\"",
+        );
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
+        assert!(auth(is::TOK_ACTIVE).is_ok());
+        for tok in [is::TOK_NO_SCOPE, is::TOK_OTHER_SCOPE] {
+            let e = auth(tok).unwrap_err();
+            assert!(matches!(e, AuthError::InsufficientScope(_)), "{tok}: {e:?}");
+            assert_eq!(e.to_response(&cfg).status, 403);
+        }
+    }
+
+    #[test]
+    fn wrong_client_secret_is_a_503() {
+        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), &server.url(), "");
+        cfg.oauth_client_secret = "pas-le-bon-secret".into();
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let e = rt()
+            .block_on(authorize(&cfg, &log, Some("Bearer tok-active")))
+            .unwrap_err();
+        let AuthError::Unavailable(why) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            why.contains("401") && why.contains("oauth_client_secret"),
+            "{why}"
+        );
+        let r = e.to_response(&cfg);
+        assert_eq!(r.status, 503);
+        assert_eq!(r.get_header("Retry-After"), Some("5"));
+        assert!(r.get_header("WWW-Authenticate").is_none());
+        let text = log_text(dir.path());
+        assert!(
+            text.contains("introspection impossible (réponse HTTP 401"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("pas-le-bon-secret") && !text.contains("tok-active"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn slow_server_is_cut_at_the_configured_delay() {
+        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), &server.url(), "");
+        cfg.oauth_delai_max_secondes = 0.5;
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let t0 = std::time::Instant::now();
+        let e = rt()
+            .block_on(authorize(
+                &cfg,
+                &log,
+                Some(&format!("Bearer {}", is::TOK_SLOW)),
+            ))
+            .unwrap_err();
+        let took = t0.elapsed();
+        assert!(
+            matches!(&e, AuthError::Unavailable(w) if w.contains("délai")),
+            "{e:?}"
+        );
+        assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
+    }
+
+    #[test]
+    fn unreachable_server_is_a_503() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), &is::refused_url(), "");
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let e = rt()
+            .block_on(authorize(&cfg, &log, Some("Bearer tok-active")))
+            .unwrap_err();
+        assert!(
+            matches!(&e, AuthError::Unavailable(w) if w.contains("injoignable")),
+            "{e:?}"
+        );
+        assert!(log_text(dir.path()).contains("introspection impossible"));
+    }
+
+    #[test]
+    fn header_problems_never_reach_the_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), &is::refused_url(), "");
+        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+        let rt = rt();
+        assert_eq!(
+            rt.block_on(authorize(&cfg, &log, None)),
+            Err(AuthError::Missing)
+        );
+        assert!(matches!(
+            rt.block_on(authorize(&cfg, &log, Some("Basic eDp5"))),
+            Err(AuthError::InvalidRequest(_))
+        ));
+        let text = log_text(dir.path());
+        assert!(
+            text.contains("POST /mcp.php — token absent — REFUSÉ"),
+            "{text}"
+        );
+    }
+}

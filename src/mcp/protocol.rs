@@ -1,0 +1,545 @@
+//! JSON-RPC over one POST endpoint, dual-era (notes `mcp-2026-07-28.md` §2–4): era routing
+//! body-first, the legacy ladder (2024-11-05 … 2025-11-25, with `initialize`) and the modern ladder
+//! (2026-07-28: `_meta` envelope, header checks, `server/discover`).
+//!
+//! Everything here is pure: [`dispatch`] takes the parsed body, the MCP headers and a
+//! [`FileSource`](super::tool::FileSource), and returns the reply and the log lines.
+
+use serde_json::{Map, Value, json};
+
+use super::tool::{self, FileSource, ToolCtx};
+
+/// Versions this server speaks, newest first (discover `supportedVersions`, -32022 `supported`).
+pub const SUPPORTED_VERSIONS: [&str; 5] = [
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
+/// The newest handshake (legacy) version, answered to an `initialize` asking for anything else.
+pub const LATEST_HANDSHAKE_VERSION: &str = "2025-11-25";
+
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// `ttlMs` of `server/discover` and `tools/list` (the tool list never changes within a release).
+pub const DISCOVER_TTL_MS: u64 = 3_600_000;
+pub const TOOLS_LIST_TTL_MS: u64 = 300_000;
+
+/// Server instructions given by `server/discover`.
+pub const INSTRUCTIONS: &str = "Dépôt de fichiers temporaire : l'outil recuperer_fichier rend un fichier déposé par upload.php, sous forme de lien (mode=\"lien\", par défaut) ou de contenu base64 (mode=\"base64\", seulement si un outil l'exige). Les fichiers sont effacés 10 minutes après leur dernier téléchargement et au plus tard 1 heure après le dépôt.";
+
+/// A protocol version this server knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    V2024_11_05,
+    V2025_03_26,
+    V2025_06_18,
+    V2025_11_25,
+    V2026_07_28,
+}
+
+impl Version {
+    pub fn parse(s: &str) -> Option<Version> {
+        Some(match s {
+            "2024-11-05" => Version::V2024_11_05,
+            "2025-03-26" => Version::V2025_03_26,
+            "2025-06-18" => Version::V2025_06_18,
+            "2025-11-25" => Version::V2025_11_25,
+            "2026-07-28" => Version::V2026_07_28,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V2024_11_05 => "2024-11-05",
+            Version::V2025_03_26 => "2025-03-26",
+            Version::V2025_06_18 => "2025-06-18",
+            Version::V2025_11_25 => "2025-11-25",
+            Version::V2026_07_28 => "2026-07-28",
+        }
+    }
+
+    /// `structuredContent`, `outputSchema`, `title`, `resource_link` exist from 2025-06-18 on.
+    pub fn is_rich(self) -> bool {
+        self >= Version::V2025_06_18
+    }
+
+    pub fn is_modern(self) -> bool {
+        self == Version::V2026_07_28
+    }
+}
+
+/// A JSON-RPC error and the HTTP status it travels with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+    pub status: u16,
+}
+
+impl RpcError {
+    /// An error answered with HTTP 200 (a handler-level error); see [`RpcError::with_status`].
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+            status: 200,
+        }
+    }
+
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = status;
+        self
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// -32600, HTTP 400.
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        RpcError::new(-32600, message).with_status(400)
+    }
+
+    /// -32700, HTTP 400.
+    pub fn parse_error() -> Self {
+        RpcError::new(
+            -32700,
+            "Parse error: le corps de la requête n'est pas du JSON valide",
+        )
+        .with_status(400)
+    }
+
+    /// -32022 with `{supported, requested}`, HTTP 400.
+    pub fn unsupported_version(requested: &str) -> Self {
+        RpcError::new(-32022, "Unsupported protocol version")
+            .with_status(400)
+            .with_data(json!({"supported": SUPPORTED_VERSIONS, "requested": requested}))
+    }
+
+    /// -32020, HTTP 400.
+    pub fn header_mismatch(message: impl Into<String>) -> Self {
+        RpcError::new(-32020, format!("Header mismatch: {}", message.into())).with_status(400)
+    }
+
+    /// The JSON-RPC error object (`{"code","message"[,"data"]}`).
+    pub fn to_json(&self) -> Value {
+        let mut e = json!({"code": self.code, "message": self.message});
+        if let Some(d) = &self.data {
+            e["data"] = d.clone();
+        }
+        e
+    }
+
+    /// A full error response with `id` (`null` when it could not be read).
+    pub fn response(&self, id: &Value) -> Value {
+        json!({"jsonrpc": "2.0", "id": id, "error": self.to_json()})
+    }
+}
+
+/// The MCP request headers, as received (values trimmed of spaces and tabs; `None` when absent).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct McpHeaders {
+    pub protocol_version: Option<String>,
+    pub method: Option<String>,
+    pub name: Option<String>,
+}
+
+/// What to send back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A JSON body (object or batch array) with this status.
+    Json(u16, Value),
+    /// 202, empty body: notifications and client responses.
+    Accepted,
+}
+
+/// What a request needs from the configuration.
+pub struct Ctx<'a> {
+    pub tool: ToolCtx<'a>,
+}
+
+/// The reply to one POST and the log lines it produced.
+pub struct Dispatched {
+    pub reply: Reply,
+    pub log_lines: Vec<String>,
+}
+
+fn server_info() -> Value {
+    json!({"name": "depot-fichiers", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// A request id that MCP accepts: a string or an integer, never null.
+fn valid_id(id: &Value) -> bool {
+    match id {
+        Value::String(_) => true,
+        Value::Number(n) => n.is_i64() || n.is_u64(),
+        _ => false,
+    }
+}
+
+/// The modern claim: `params._meta["io.modelcontextprotocol/protocolVersion"]` is present.
+fn has_claim(msg: &Value) -> bool {
+    msg.get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.as_object())
+        .is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION))
+}
+
+/// Era routing of one POST body (notes §2).
+pub fn dispatch(
+    ctx: &Ctx,
+    headers: &McpHeaders,
+    body: &Value,
+    files: &mut FileSource,
+) -> Dispatched {
+    let mut log_lines = Vec::new();
+    let header_version = headers.protocol_version.as_deref();
+    let header_known = header_version.map(Version::parse);
+    let reply = if let Value::Array(items) = body {
+        // Step 1: a batch.
+        let modern =
+            items.iter().any(has_claim) || header_known == Some(Some(Version::V2026_07_28));
+        if modern {
+            error_reply(
+                &Value::Null,
+                RpcError::invalid_request(
+                    "Invalid Request: MUST be a single JSON-RPC request (no batch)",
+                ),
+            )
+        } else if let (Some(raw), Some(None)) = (header_version, header_known) {
+            error_reply(&Value::Null, RpcError::unsupported_version(raw))
+        } else if matches!(header_known, Some(Some(v)) if v != Version::V2025_03_26) {
+            error_reply(
+                &Value::Null,
+                RpcError::invalid_request(
+                    "Invalid Request: JSON-RPC batches are only accepted in protocol version 2025-03-26",
+                ),
+            )
+        } else {
+            legacy_batch(ctx, items, files, &mut log_lines)
+        }
+    } else if has_claim(body) || header_known == Some(Some(Version::V2026_07_28)) {
+        // Steps 2 and 3.
+        modern(ctx, headers, body, files, &mut log_lines)
+    } else {
+        match (header_version, header_known) {
+            // Step 4.
+            (Some(raw), Some(None)) => error_reply(
+                &body
+                    .get("id")
+                    .filter(|i| valid_id(i))
+                    .cloned()
+                    .unwrap_or(Value::Null),
+                RpcError::unsupported_version(raw),
+            ),
+            // Step 5: absent header = 2025-03-26.
+            (_, known) => {
+                let version = known.flatten().unwrap_or(Version::V2025_03_26);
+                match legacy_message(ctx, version, body, files, &mut log_lines, false) {
+                    None => Reply::Accepted,
+                    Some((status, v)) => Reply::Json(status, v),
+                }
+            }
+        }
+    };
+    Dispatched { reply, log_lines }
+}
+
+fn error_reply(id: &Value, e: RpcError) -> Reply {
+    Reply::Json(e.status, e.response(id))
+}
+
+fn ok_reply(id: &Value, result: Value) -> Reply {
+    Reply::Json(200, json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+/// A 2025-03-26 batch: each element handled alone; 202 when nothing needs an answer.
+fn legacy_batch(
+    ctx: &Ctx,
+    items: &[Value],
+    files: &mut FileSource,
+    log_lines: &mut Vec<String>,
+) -> Reply {
+    if items.is_empty() {
+        return error_reply(
+            &Value::Null,
+            RpcError::invalid_request("Invalid Request: empty batch"),
+        );
+    }
+    let answers: Vec<Value> = items
+        .iter()
+        .filter_map(|m| legacy_message(ctx, Version::V2025_03_26, m, files, log_lines, true))
+        .map(|(_, v)| v)
+        .collect();
+    if answers.is_empty() {
+        Reply::Accepted
+    } else {
+        Reply::Json(200, Value::Array(answers))
+    }
+}
+
+/// The common JSON-RPC checks: `Err` = reply now, `Ok(None)` = notification or client response
+/// (202), `Ok(Some((id, method)))` = a request.
+#[allow(clippy::type_complexity)]
+fn classify(msg: &Value) -> Result<Option<(Value, &str)>, Box<(Value, RpcError)>> {
+    let Some(obj) = msg.as_object() else {
+        return Err(Box::new((
+            Value::Null,
+            RpcError::invalid_request("Invalid Request: expected a JSON-RPC object"),
+        )));
+    };
+    let id = obj.get("id");
+    let id_for_error = id.filter(|i| valid_id(i)).cloned().unwrap_or(Value::Null);
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(Box::new((
+            id_for_error,
+            RpcError::invalid_request("Invalid Request: jsonrpc must be \"2.0\""),
+        )));
+    }
+    let method = match obj.get("method") {
+        Some(Value::String(m)) => m.as_str(),
+        Some(_) => {
+            return Err(Box::new((
+                id_for_error,
+                RpcError::invalid_request("Invalid Request: method must be a string"),
+            )));
+        }
+        None => {
+            // A response from the client (to a request we never send): accepted, dropped.
+            if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) {
+                return Ok(None);
+            }
+            return Err(Box::new((
+                id_for_error,
+                RpcError::invalid_request("Invalid Request: missing method"),
+            )));
+        }
+    };
+    match id {
+        None => Ok(None),
+        Some(i) if valid_id(i) => Ok(Some((i.clone(), method))),
+        Some(_) => Err(Box::new((
+            Value::Null,
+            RpcError::invalid_request("Invalid Request: id must be a string or an integer"),
+        ))),
+    }
+}
+
+/// One legacy message; `None` = nothing to answer (202).
+fn legacy_message(
+    ctx: &Ctx,
+    version: Version,
+    msg: &Value,
+    files: &mut FileSource,
+    log_lines: &mut Vec<String>,
+    in_batch: bool,
+) -> Option<(u16, Value)> {
+    let (id, method) = match classify(msg) {
+        Err(b) => return Some((b.1.status, b.1.response(&b.0))),
+        Ok(None) => return None,
+        Ok(Some(r)) => r,
+    };
+    let params = msg.get("params");
+    let result: Result<Value, RpcError> = match method {
+        "initialize" if in_batch => Err(RpcError::invalid_request(
+            "Invalid Request: initialize MUST NOT be part of a batch",
+        )),
+        "initialize" => initialize(params),
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(json!({"tools": [tool::definition(version)]})),
+        "tools/call" => {
+            let out = tool::call(&ctx.tool, version, params, files);
+            log_lines.extend(out.log_line);
+            out.result
+        }
+        other => Err(RpcError::new(-32601, format!("Method not found: {other}"))),
+    };
+    Some(match result {
+        Ok(r) => (200, json!({"jsonrpc": "2.0", "id": id, "result": r})),
+        Err(e) => (e.status, e.response(&id)),
+    })
+}
+
+/// Legacy `initialize`: echo a supported legacy version, else answer the newest handshake one.
+fn initialize(params: Option<&Value>) -> Result<Value, RpcError> {
+    let asked = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            RpcError::new(
+                -32602,
+                "Invalid params: initialize requires params.protocolVersion (string)",
+            )
+        })?;
+    let answered = match Version::parse(asked) {
+        Some(v) if !v.is_modern() => v.as_str(),
+        _ => LATEST_HANDSHAKE_VERSION,
+    };
+    Ok(json!({
+        "protocolVersion": answered,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": server_info(),
+    }))
+}
+
+/// Compares one MCP header with its body value (notes §2 step c).
+fn check_header(name: &str, header: Option<&str>, body: Option<&str>) -> Result<(), RpcError> {
+    let Some(h) = header else {
+        return Err(RpcError::header_mismatch(format!(
+            "{name} header is required"
+        )));
+    };
+    // Apache joins a repeated header with ", ": no legitimate value here holds a comma.
+    if h.contains(',') {
+        return Err(RpcError::header_mismatch(format!(
+            "{name} header must not be repeated"
+        )));
+    }
+    match body {
+        Some(b) if b == h => Ok(()),
+        _ => Err(RpcError::header_mismatch(format!(
+            "{name} header value '{h}' does not match body value '{}'",
+            body.unwrap_or("")
+        ))),
+    }
+}
+
+/// `Mcp-Name` may be `=?base64?<base64 of UTF-8>?=` (notes §2 step c).
+pub fn decode_mcp_name(raw: &str) -> Result<String, RpcError> {
+    let lower = raw.to_ascii_lowercase();
+    if lower.starts_with("=?base64?") && raw.ends_with("?=") && raw.len() >= 11 {
+        use base64::Engine;
+        let inner = &raw[9..raw.len() - 2];
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(inner)
+            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(inner))
+            .map_err(|_| RpcError::header_mismatch("Mcp-Name header is not valid base64"))?;
+        String::from_utf8(bytes)
+            .map_err(|_| RpcError::header_mismatch("Mcp-Name header is not valid UTF-8"))
+    } else {
+        Ok(raw.to_string())
+    }
+}
+
+/// The modern ladder (notes §2 a–e).
+fn modern(
+    ctx: &Ctx,
+    headers: &McpHeaders,
+    msg: &Value,
+    files: &mut FileSource,
+    log_lines: &mut Vec<String>,
+) -> Reply {
+    // a.
+    let (id, method) = match classify(msg) {
+        Err(b) => return error_reply(&b.0, b.1),
+        Ok(None) => return Reply::Accepted,
+        Ok(Some(r)) => r,
+    };
+    // b. The envelope.
+    let params = msg.get("params");
+    let meta = match params {
+        None => Err("Invalid params: missing params._meta"),
+        Some(Value::Object(p)) => match p.get("_meta") {
+            Some(Value::Object(m)) => Ok(m),
+            Some(_) => Err("Invalid params: params._meta must be an object"),
+            None => Err("Invalid params: missing params._meta"),
+        },
+        Some(_) => Err("Invalid params: params must be an object"),
+    };
+    let envelope = meta.and_then(|m: &Map<String, Value>| {
+        let v = match m.get(META_PROTOCOL_VERSION) {
+            Some(Value::String(v)) => v.as_str(),
+            Some(_) => {
+                return Err("Invalid params: params._meta io.modelcontextprotocol/protocolVersion must be a string");
+            }
+            None => {
+                return Err("Invalid params: params._meta lacks io.modelcontextprotocol/protocolVersion");
+            }
+        };
+        match m.get(META_CLIENT_CAPABILITIES) {
+            Some(Value::Object(_)) => Ok(v),
+            Some(_) => Err("Invalid params: params._meta io.modelcontextprotocol/clientCapabilities must be an object"),
+            None => Err("Invalid params: params._meta lacks io.modelcontextprotocol/clientCapabilities"),
+        }
+    });
+    let claimed = match envelope {
+        Ok(v) => v,
+        Err(msg) => return error_reply(&id, RpcError::new(-32602, msg).with_status(400)),
+    };
+    // c. Headers against the body.
+    if let Err(e) = check_header(
+        "MCP-Protocol-Version",
+        headers.protocol_version.as_deref(),
+        Some(claimed),
+    ) {
+        return error_reply(&id, e);
+    }
+    if let Err(e) = check_header("Mcp-Method", headers.method.as_deref(), Some(method)) {
+        return error_reply(&id, e);
+    }
+    if method == "tools/call" {
+        let decoded = match headers.name.as_deref() {
+            Some(raw) if raw.contains(',') => {
+                return error_reply(
+                    &id,
+                    RpcError::header_mismatch("Mcp-Name header must not be repeated"),
+                );
+            }
+            Some(raw) => match decode_mcp_name(raw) {
+                Ok(n) => Some(n),
+                Err(e) => return error_reply(&id, e),
+            },
+            None => None,
+        };
+        let body_name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
+        if let Err(e) = check_header("Mcp-Name", decoded.as_deref(), body_name) {
+            return error_reply(&id, e);
+        }
+    }
+    // d. Version.
+    if Version::parse(claimed) != Some(Version::V2026_07_28) {
+        return error_reply(&id, RpcError::unsupported_version(claimed));
+    }
+    // e. Methods.
+    let result = match method {
+        "server/discover" => Ok(json!({
+            "resultType": "complete",
+            "supportedVersions": SUPPORTED_VERSIONS,
+            "capabilities": {"tools": {"listChanged": false}},
+            "instructions": INSTRUCTIONS,
+            "ttlMs": DISCOVER_TTL_MS,
+            "cacheScope": "public",
+        })),
+        "tools/list" => Ok(json!({
+            "resultType": "complete",
+            "tools": [tool::definition(Version::V2026_07_28)],
+            "ttlMs": TOOLS_LIST_TTL_MS,
+            "cacheScope": "public",
+        })),
+        "tools/call" => {
+            let out = tool::call(&ctx.tool, Version::V2026_07_28, params, files);
+            log_lines.extend(out.log_line);
+            out.result.map(|mut r| {
+                r["resultType"] = json!("complete");
+                r
+            })
+        }
+        other => Err(RpcError::new(-32601, format!("Method not found: {other}")).with_status(404)),
+    };
+    match result {
+        Ok(mut r) => {
+            r["_meta"] = json!({ META_SERVER_INFO: server_info() });
+            ok_reply(&id, r)
+        }
+        Err(e) => error_reply(&id, e),
+    }
+}

@@ -1,0 +1,892 @@
+//! End-to-end tests of `/mcp.php` through [`super::handle`]: a real store in a temporary folder,
+//! the real introspection test server, and every exchange of the notes checked field by field.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+
+use crate::http::{Body, Request, Response, ResponseBody};
+use crate::names::Name;
+use crate::router::App;
+use crate::testutil::introspection::{self as is, IntrospectionServer};
+use crate::testutil::{TOKEN_ACCES, config, log_text};
+
+const RM: &str =
+    "resource_metadata=\"https://depot.example.org/.well-known/oauth-protected-resource/mcp.php\"";
+const V26: &str = "2026-07-28";
+
+struct Env {
+    dir: tempfile::TempDir,
+    app: App,
+    _server: IntrospectionServer,
+}
+
+fn env(extra: &str) -> Env {
+    let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &server.url(), extra);
+    let app = App::new(cfg).unwrap();
+    Env {
+        dir,
+        app,
+        _server: server,
+    }
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, n: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.as_str())
+    }
+    fn json(&self) -> Value {
+        assert_eq!(self.header("Content-Type"), Some("application/json"));
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+fn answer(r: Response) -> Answer {
+    assert!(r.get_header("Mcp-Session-Id").is_none());
+    let body = match r.body {
+        ResponseBody::Bytes(b) => b,
+        ResponseBody::Empty => Vec::new(),
+        ResponseBody::File { .. } => panic!("file body"),
+    };
+    Answer {
+        status: r.status,
+        headers: r.headers,
+        body,
+    }
+}
+
+impl Env {
+    fn put(&self, name: &str, data: &[u8]) {
+        let mut up = self.app.store.begin_upload().unwrap();
+        up.write(data).unwrap();
+        up.publish(&self.app.store, &Name::parse(name.as_bytes()).unwrap())
+            .unwrap();
+    }
+
+    fn file(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join("files").join(name)
+    }
+
+    /// A request with the given method and HTTP headers (Authorization defaults to a valid token).
+    async fn request(&self, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+        let mut params: Vec<(String, String)> = vec![
+            ("REQUEST_METHOD".into(), method.into()),
+            ("SCRIPT_NAME".into(), "/mcp.php".into()),
+            ("REQUEST_URI".into(), "/mcp.php".into()),
+            ("CONTENT_TYPE".into(), "application/json".into()),
+            (
+                "HTTP_AUTHORIZATION".into(),
+                format!("Bearer {}", is::TOK_ACTIVE),
+            ),
+        ];
+        for (k, v) in headers {
+            let key = format!("HTTP_{}", k.to_ascii_uppercase().replace('-', "_"));
+            params.retain(|(n, _)| *n != key);
+            params.push((key, v.to_string()));
+        }
+        let mut req = Request {
+            params: params.into_iter().collect(),
+            body: Body::from_bytes(body.as_bytes().to_vec()),
+        };
+        answer(super::handle(&self.app, &mut req).await)
+    }
+
+    async fn post(&self, headers: &[(&str, &str)], body: Value) -> Answer {
+        self.request("POST", headers, &body.to_string()).await
+    }
+
+    /// A modern request: envelope, version and method headers (plus Mcp-Name for tools/call).
+    async fn modern(&self, id: Value, method: &str, mut params: Value) -> Answer {
+        params["_meta"] = meta();
+        let name = params.get("name").and_then(Value::as_str).map(String::from);
+        let mut h = vec![("MCP-Protocol-Version", V26), ("Mcp-Method", method)];
+        if let Some(n) = name.as_deref() {
+            h.push(("Mcp-Name", n));
+        }
+        self.post(
+            &h,
+            json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}),
+        )
+        .await
+    }
+}
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": V26,
+        "io.modelcontextprotocol/clientInfo": {"name": "mcp", "version": "0.1.0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+fn server_info_meta() -> Value {
+    json!({"io.modelcontextprotocol/serverInfo": {"name": "depot-fichiers", "version": env!("CARGO_PKG_VERSION")}})
+}
+
+const SUPPORTED: [&str; 5] = [
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
+// ---------------------------------------------------------------- HTTP level
+
+#[tokio::test]
+async fn http_checks_in_contract_order() {
+    let e = env("origines_autorisees = [\"https://app.example.com\"]");
+    let ping = json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string();
+    // Origin first: even without a token, even for GET.
+    let a = e
+        .request(
+            "GET",
+            &[("Origin", "https://evil.example"), ("Authorization", "")],
+            &ping,
+        )
+        .await;
+    assert_eq!(a.status, 403);
+    assert_eq!(a.json()["error"]["code"], -32600);
+    for ok_origin in [
+        "https://depot.example.org",
+        "HTTPS://DEPOT.example.org",
+        "https://app.example.com",
+    ] {
+        let a = e.request("POST", &[("Origin", ok_origin)], &ping).await;
+        assert_eq!(a.status, 200, "{ok_origin}");
+    }
+    for bad in [
+        "null",
+        "https://depot.example.org.evil.example",
+        "http://depot.example.org",
+    ] {
+        assert_eq!(
+            e.request("POST", &[("Origin", bad)], &ping).await.status,
+            403,
+            "{bad}"
+        );
+    }
+    // Method before authorization.
+    for m in ["GET", "DELETE", "PUT", "HEAD"] {
+        let a = e.request(m, &[("Authorization", "")], "").await;
+        assert_eq!(a.status, 405);
+        assert_eq!(a.header("Allow"), Some("POST"));
+    }
+    // Authorization before body checks.
+    let huge = "x".repeat(2 << 20);
+    let a = e.request("POST", &[("Authorization", "")], &huge).await;
+    assert_eq!(a.status, 401);
+    assert_eq!(
+        a.header("WWW-Authenticate"),
+        Some(format!("Bearer {RM}").as_str())
+    );
+    let a = e.request("POST", &[], &huge).await;
+    assert_eq!(a.status, 413);
+    let a = e.request("POST", &[], "{not json").await;
+    assert_eq!(a.status, 400);
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":a.json()["error"]["message"]}})
+    );
+    let a = e.request("POST", &[], "").await;
+    assert_eq!(
+        (a.status, a.json()["error"]["code"].clone()),
+        (400, json!(-32700))
+    );
+}
+
+#[tokio::test]
+async fn authorization_outcomes() {
+    let e = env("oauth_scope_requis = \"fichiers:lire\"");
+    let ping = json!({"jsonrpc":"2.0","id":1,"method":"ping"});
+    let with = |auth: &'static str| [("Authorization", auth)];
+    let a = e.post(&with(""), ping.clone()).await;
+    assert_eq!(a.status, 401);
+    assert_eq!(
+        a.header("WWW-Authenticate").unwrap(),
+        format!("Bearer {RM}, scope=\"fichiers:lire\"")
+    );
+    for bad in ["Basic eDp5", "Bearer", "Bearer a b"] {
+        let a = e.post(&[("Authorization", bad)], ping.clone()).await;
+        assert_eq!(a.status, 400, "{bad}");
+        assert_eq!(
+            a.header("WWW-Authenticate").unwrap(),
+            format!("Bearer error=\"invalid_request\", {RM}")
+        );
+    }
+    for tok in [
+        "Bearer tok-inactive",
+        "Bearer tok-refresh-like",
+        "Bearer tok-foreign-aud",
+        "Bearer tok-expired",
+        "Bearer tok-refresh-type",
+    ] {
+        let a = e.post(&[("Authorization", tok)], ping.clone()).await;
+        assert_eq!(a.status, 401, "{tok}");
+        assert_eq!(
+            a.header("WWW-Authenticate").unwrap(),
+            format!("Bearer error=\"invalid_token\", {RM}, scope=\"fichiers:lire\"")
+        );
+    }
+    let a = e
+        .post(&[("Authorization", "bearer tok-other-scope")], ping.clone())
+        .await;
+    assert_eq!(a.status, 403);
+    assert_eq!(
+        a.header("WWW-Authenticate").unwrap(),
+        format!("Bearer error=\"insufficient_scope\", scope=\"fichiers:lire\", {RM}")
+    );
+    let a = e
+        .post(&[("Authorization", "Bearer tok-not-json")], ping.clone())
+        .await;
+    assert_eq!(a.status, 503);
+    assert_eq!(a.header("Retry-After"), Some("5"));
+    assert!(a.header("WWW-Authenticate").is_none());
+    let a = e.post(&[], ping.clone()).await;
+    assert_eq!(a.status, 200);
+    // Never from the query string.
+    let log = log_text(e.dir.path());
+    assert!(
+        !log.contains("tok-inactive") && !log.contains("tok-other-scope"),
+        "{log}"
+    );
+}
+
+// ---------------------------------------------------------------- legacy era
+
+#[tokio::test]
+async fn legacy_handshake_and_ping() {
+    let e = env("");
+    let init = |v: &str| json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":v,"capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
+    let expected = |v: &str| json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":v,"capabilities":{"tools":{"listChanged":false}},"serverInfo":{"name":"depot-fichiers","version":env!("CARGO_PKG_VERSION")}}});
+    for (asked, answered) in [
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2024-11-05", "2024-11-05"),
+        ("2026-07-28", "2025-11-25"),
+        ("1999-01-01", "2025-11-25"),
+    ] {
+        let a = e.post(&[], init(asked)).await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.json(), expected(answered), "{asked}");
+    }
+    let a = e
+        .post(
+            &[],
+            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}),
+        )
+        .await;
+    assert_eq!(a.json()["error"]["code"], -32602);
+    let a = e
+        .post(
+            &[("MCP-Protocol-Version", "2025-11-25")],
+            json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        )
+        .await;
+    assert_eq!(a.status, 202);
+    assert!(a.body.is_empty());
+    let a = e
+        .post(
+            &[("MCP-Protocol-Version", "2025-11-25")],
+            json!({"jsonrpc":"2.0","id":2,"method":"ping"}),
+        )
+        .await;
+    assert_eq!(a.json(), json!({"jsonrpc":"2.0","id":2,"result":{}}));
+    let a = e
+        .post(
+            &[],
+            json!({"jsonrpc":"2.0","id":"x","method":"resources/list"}),
+        )
+        .await;
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc":"2.0","id":"x","error":{"code":-32601,"message":"Method not found: resources/list"}})
+    );
+    // A client response is accepted and dropped.
+    let a = e
+        .post(&[], json!({"jsonrpc":"2.0","id":5,"result":{}}))
+        .await;
+    assert_eq!(a.status, 202);
+}
+
+#[tokio::test]
+async fn legacy_tools_list_per_version() {
+    let e = env("");
+    let list = json!({"jsonrpc":"2.0","id":3,"method":"tools/list"});
+    let a = e
+        .post(&[("MCP-Protocol-Version", "2025-11-25")], list.clone())
+        .await;
+    let v = a.json();
+    assert_eq!(v["id"], 3);
+    assert!(v["result"].get("resultType").is_none() && v["result"].get("ttlMs").is_none());
+    let tools = v["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1);
+    let t = &tools[0];
+    assert_eq!(t["name"], "recuperer_fichier");
+    assert!(
+        t["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Récupère un fichier précédemment déposé")
+    );
+    assert_eq!(t["inputSchema"]["type"], "object");
+    assert_eq!(t["inputSchema"]["required"], json!(["nom_fichier"]));
+    assert_eq!(
+        t["inputSchema"]["properties"]["nom_fichier"]["type"],
+        "string"
+    );
+    assert_eq!(
+        t["inputSchema"]["properties"]["mode"]["enum"],
+        json!(["lien", "base64"])
+    );
+    assert_eq!(t["inputSchema"]["properties"]["mode"]["default"], "lien");
+    assert_eq!(t["annotations"]["readOnlyHint"], true);
+    assert_eq!(t["annotations"]["destructiveHint"], false);
+    assert_eq!(t["annotations"]["idempotentHint"], true);
+    assert_eq!(t["annotations"]["openWorldHint"], false);
+    assert_eq!(t["outputSchema"]["type"], "object");
+    // 2025-03-26 (header absent): no outputSchema, no title.
+    let a = e.post(&[], list).await;
+    let t = &a.json()["result"]["tools"][0];
+    assert!(t.get("outputSchema").is_none() && t.get("title").is_none());
+    assert_eq!(t["annotations"]["readOnlyHint"], true);
+}
+
+fn call(id: i64, args: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"recuperer_fichier","arguments":args}})
+}
+
+#[tokio::test]
+async fn legacy_tools_call() {
+    let e = env("taille_max_base64_octets = 10");
+    e.put("devis dupont.docx", b"0123456789");
+    e.put("gros.bin", b"01234567890");
+    let old = SystemTime::now() - Duration::from_secs(120);
+    std::fs::File::options()
+        .write(true)
+        .open(e.file("devis dupont.docx"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let h = [("MCP-Protocol-Version", "2025-11-25")];
+    let a = e
+        .post(
+            &h,
+            call(4, json!({"nom_fichier":"devis dupont.docx","mode":"lien"})),
+        )
+        .await;
+    assert_eq!(a.status, 200);
+    let v = a.json();
+    let url = format!(
+        "https://depot.example.org/download.php?fichier=devis%20dupont.docx&token={TOKEN_ACCES}"
+    );
+    let structured = json!({"nom":"devis dupont.docx","url_telechargement":url,"taille_octets":10});
+    assert_eq!(
+        v,
+        json!({"jsonrpc":"2.0","id":4,"result":{
+        "content":[
+            {"type":"text","text":structured.to_string()},
+            {"type":"resource_link","uri":url,"name":"devis dupont.docx","mimeType":"application/octet-stream","size":10}
+        ],
+        "structuredContent": structured,
+        "isError": false}})
+    );
+    let mtime = std::fs::metadata(e.file("devis dupont.docx"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert!(
+        mtime > old + Duration::from_secs(60),
+        "a retrieval counts as a download"
+    );
+    // Default mode is lien; 2025-03-26 has no structuredContent nor resource_link.
+    let a = e
+        .post(&[], call(5, json!({"nom_fichier":"devis dupont.docx"})))
+        .await;
+    assert_eq!(
+        a.json()["result"],
+        json!({"content":[{"type":"text","text":structured.to_string()}],"isError":false})
+    );
+    // base64.
+    let a = e
+        .post(
+            &h,
+            call(
+                6,
+                json!({"nom_fichier":"devis dupont.docx","mode":"base64"}),
+            ),
+        )
+        .await;
+    let s =
+        json!({"nom":"devis dupont.docx","contenu_base64":"MDEyMzQ1Njc4OQ==","taille_octets":10});
+    assert_eq!(
+        a.json()["result"],
+        json!({"content":[{"type":"text","text":s.to_string()}],"structuredContent":s,"isError":false})
+    );
+    // Errors of the legacy era.
+    let err = |a: &Answer| {
+        (
+            a.status,
+            a.json()["error"]["code"].as_i64().unwrap(),
+            a.json()["error"]["message"].as_str().unwrap().to_string(),
+        )
+    };
+    let (st, code, msg) = err(&e
+        .post(
+            &h,
+            call(7, json!({"nom_fichier":"gros.bin","mode":"base64"})),
+        )
+        .await);
+    assert_eq!((st, code), (200, -32000));
+    assert!(msg.contains("mode=\"lien\""), "{msg}");
+    let (_, code, msg) = err(&e
+        .post(&h, call(8, json!({"nom_fichier":"absent.txt"})))
+        .await);
+    assert_eq!(code, -32000);
+    assert!(msg.contains("introuvable"), "{msg}");
+    for bad in [
+        json!({"nom_fichier":".."}),
+        json!({"nom_fichier":""}),
+        json!({"nom_fichier":".meta"}),
+        json!({}),
+        json!({"nom_fichier":3}),
+        json!({"nom_fichier":"a","mode":"texte"}),
+    ] {
+        let a = e.post(&h, call(9, bad.clone())).await;
+        assert_eq!(err(&a).1, -32602, "{bad}");
+    }
+    let a = e.post(&h, json!({"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"recuperer_fichier","arguments":"x"}})).await;
+    assert_eq!(err(&a).1, -32602);
+    let a = e.post(&h, json!({"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"foo","arguments":{}}})).await;
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc":"2.0","id":11,"error":{"code":-32602,"message":"Unknown tool: foo"}})
+    );
+    let log = log_text(e.dir.path());
+    assert!(
+        log.contains("MCP tools/call recuperer_fichier(mode=lien) — \"devis dupont.docx\" — OK"),
+        "{log}"
+    );
+    assert!(
+        log.contains("MCP tools/call recuperer_fichier(mode=base64) — \"devis dupont.docx\" — OK"),
+        "{log}"
+    );
+    assert!(log.contains("MCP tools/call recuperer_fichier(mode=lien) — \"absent.txt\" — introuvable ou expiré — REFUSÉ"), "{log}");
+    assert!(
+        log.contains(
+            "(mode=base64) — \"gros.bin\" — trop volumineux pour base64 (11 octets) — REFUSÉ"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains(TOKEN_ACCES), "{log}");
+}
+
+#[tokio::test]
+async fn legacy_expired_file_is_missing() {
+    let e = env("");
+    e.put("vieux.txt", b"abc");
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(e.file("vieux.txt"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let a = e
+        .post(&[], call(1, json!({"nom_fichier":"vieux.txt"})))
+        .await;
+    assert_eq!(a.json()["error"]["code"], -32000);
+    assert!(!e.file("vieux.txt").exists());
+}
+
+#[tokio::test]
+async fn jsonrpc_validation_and_versions() {
+    let e = env("");
+    let cases = [
+        (json!(3), 400, -32600, Value::Null),
+        (
+            json!({"jsonrpc":"1.0","id":1,"method":"ping"}),
+            400,
+            -32600,
+            json!(1),
+        ),
+        (
+            json!({"jsonrpc":"2.0","id":null,"method":"ping"}),
+            400,
+            -32600,
+            Value::Null,
+        ),
+        (
+            json!({"jsonrpc":"2.0","id":1.5,"method":"ping"}),
+            400,
+            -32600,
+            Value::Null,
+        ),
+        (
+            json!({"jsonrpc":"2.0","id":1,"method":7}),
+            400,
+            -32600,
+            json!(1),
+        ),
+        (json!({"jsonrpc":"2.0","id":1}), 400, -32600, json!(1)),
+    ];
+    for (body, status, code, id) in cases {
+        let a = e.post(&[], body.clone()).await;
+        assert_eq!(a.status, status, "{body}");
+        assert_eq!(a.json()["error"]["code"], code, "{body}");
+        assert_eq!(a.json()["id"], id, "{body}");
+    }
+    let a = e
+        .post(
+            &[("MCP-Protocol-Version", "1900-01-01")],
+            json!({"jsonrpc":"2.0","id":8,"method":"tools/list"}),
+        )
+        .await;
+    assert_eq!(a.status, 400);
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc":"2.0","id":8,"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":SUPPORTED,"requested":"1900-01-01"}}})
+    );
+}
+
+#[tokio::test]
+async fn batches_only_in_2025_03_26() {
+    let e = env("");
+    e.put("a.txt", b"a");
+    let batch = json!([
+        {"jsonrpc":"2.0","id":1,"method":"ping"},
+        {"jsonrpc":"2.0","method":"notifications/initialized"},
+        call(2, json!({"nom_fichier":"a.txt"})),
+        {"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}
+    ]);
+    for h in [vec![], vec![("MCP-Protocol-Version", "2025-03-26")]] {
+        let a = e.post(&h, batch.clone()).await;
+        assert_eq!(a.status, 200);
+        let v = a.json();
+        let arr = v.as_array().unwrap();
+        assert_eq!(arr.len(), 3);
+        assert_eq!(arr[0], json!({"jsonrpc":"2.0","id":1,"result":{}}));
+        assert_eq!(arr[1]["id"], 2);
+        assert_eq!(arr[1]["result"]["isError"], false);
+        assert_eq!(arr[2]["error"]["code"], -32600);
+    }
+    let a = e
+        .post(
+            &[],
+            json!([{"jsonrpc":"2.0","method":"notifications/initialized"}]),
+        )
+        .await;
+    assert_eq!(a.status, 202);
+    for h in [
+        ("MCP-Protocol-Version", "2025-06-18"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+        ("MCP-Protocol-Version", V26),
+    ] {
+        let a = e.post(&[h], batch.clone()).await;
+        assert_eq!(
+            (a.status, a.json()["error"]["code"].clone()),
+            (400, json!(-32600)),
+            "{h:?}"
+        );
+    }
+    let claimed = json!([{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":meta()}}]);
+    let a = e.post(&[], claimed).await;
+    assert_eq!(
+        (a.status, a.json()["error"]["code"].clone()),
+        (400, json!(-32600))
+    );
+    let a = e.post(&[], json!([])).await;
+    assert_eq!(
+        (a.status, a.json()["error"]["code"].clone()),
+        (400, json!(-32600))
+    );
+    let a = e
+        .post(&[("MCP-Protocol-Version", "1900-01-01")], batch)
+        .await;
+    assert_eq!(
+        (a.status, a.json()["error"]["code"].clone()),
+        (400, json!(-32022))
+    );
+}
+
+// ---------------------------------------------------------------- modern era
+
+#[tokio::test]
+async fn modern_discover_and_list() {
+    let e = env("");
+    let a = e.modern(json!(1), "server/discover", json!({})).await;
+    assert_eq!(a.status, 200);
+    let v = a.json();
+    let instructions = v["result"]["instructions"].clone();
+    assert!(instructions.as_str().unwrap().contains("recuperer_fichier"));
+    assert_eq!(
+        v,
+        json!({"jsonrpc":"2.0","id":1,"result":{
+        "resultType":"complete","supportedVersions":SUPPORTED,"capabilities":{"tools":{"listChanged":false}},
+        "instructions":instructions,"ttlMs":3600000,"cacheScope":"public","_meta":server_info_meta()}})
+    );
+    let a = e.modern(json!(2), "tools/list", json!({})).await;
+    let v = a.json();
+    assert_eq!(v["id"], 2);
+    assert_eq!(v["result"]["resultType"], "complete");
+    assert_eq!(v["result"]["ttlMs"], 300000);
+    assert_eq!(v["result"]["cacheScope"], "public");
+    assert_eq!(v["result"]["_meta"], server_info_meta());
+    assert_eq!(v["result"]["tools"][0]["name"], "recuperer_fichier");
+    assert_eq!(v["result"]["tools"][0]["outputSchema"]["type"], "object");
+}
+
+#[tokio::test]
+async fn modern_tools_call() {
+    let e = env("");
+    e.put("a.txt", b"abc");
+    let a = e
+        .modern(
+            json!(3),
+            "tools/call",
+            json!({"name":"recuperer_fichier","arguments":{"nom_fichier":"a.txt","mode":"lien"}}),
+        )
+        .await;
+    assert_eq!(a.status, 200);
+    let v = a.json();
+    let url = format!("https://depot.example.org/download.php?fichier=a.txt&token={TOKEN_ACCES}");
+    let s = json!({"nom":"a.txt","url_telechargement":url,"taille_octets":3});
+    assert_eq!(
+        v,
+        json!({"jsonrpc":"2.0","id":3,"result":{
+        "resultType":"complete",
+        "content":[{"type":"text","text":s.to_string()},{"type":"resource_link","uri":url,"name":"a.txt","mimeType":"application/octet-stream","size":3}],
+        "structuredContent":s,"isError":false,"_meta":server_info_meta()}})
+    );
+    let a = e
+        .modern(
+            json!(4),
+            "tools/call",
+            json!({"name":"recuperer_fichier","arguments":{"nom_fichier":"a.txt","mode":"base64"}}),
+        )
+        .await;
+    assert_eq!(
+        a.json()["result"]["structuredContent"]["contenu_base64"],
+        "YWJj"
+    );
+    for args in [
+        json!({"nom_fichier":"x"}),
+        json!({"nom_fichier":".."}),
+        json!({}),
+        json!({"nom_fichier":"a.txt","mode":"zip"}),
+    ] {
+        let a = e
+            .modern(
+                json!(4),
+                "tools/call",
+                json!({"name":"recuperer_fichier","arguments":args}),
+            )
+            .await;
+        assert_eq!(a.status, 200, "{args}");
+        let r = &a.json()["result"];
+        assert_eq!(r["isError"], true, "{args}");
+        assert_eq!(r["resultType"], "complete");
+        assert_eq!(r["content"][0]["type"], "text");
+        assert!(r.get("structuredContent").is_none());
+    }
+    let a = e
+        .modern(json!(5), "tools/call", json!({"name":"foo","arguments":{}}))
+        .await;
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"Unknown tool: foo"}})
+    );
+    let a = e
+        .modern(
+            json!(5),
+            "tools/call",
+            json!({"name":"recuperer_fichier","arguments":[1]}),
+        )
+        .await;
+    assert_eq!(a.json()["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn modern_error_ladder() {
+    let e = env("");
+    let list =
+        |params: Value| json!({"jsonrpc":"2.0","id":6,"method":"tools/list","params":params});
+    let full = [("MCP-Protocol-Version", V26), ("Mcp-Method", "tools/list")];
+    // Header 2026-07-28 without claim → modern → envelope error.
+    let a = e
+        .post(&full, json!({"jsonrpc":"2.0","id":6,"method":"tools/list"}))
+        .await;
+    assert_eq!(
+        (a.status, a.json()["error"]["code"].clone()),
+        (400, json!(-32602))
+    );
+    let a = e
+        .post(
+            &[("MCP-Protocol-Version", V26)],
+            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":V26}}),
+        )
+        .await;
+    assert_eq!(a.status, 400);
+    let mut partial = meta();
+    partial
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    let a = e.post(&full, list(json!({"_meta": partial}))).await;
+    assert_eq!(a.status, 400);
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc":"2.0","id":6,"error":{"code":-32602,"message":"Invalid params: params._meta lacks io.modelcontextprotocol/clientCapabilities"}})
+    );
+    // clientInfo is optional.
+    let mut no_info = meta();
+    no_info
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientInfo");
+    assert_eq!(
+        e.post(&full, list(json!({"_meta": no_info}))).await.status,
+        200
+    );
+    // Header checks.
+    let m = json!({"_meta": meta()});
+    let cases: Vec<(Vec<(&str, &str)>, Value)> = vec![
+        (vec![("Mcp-Method", "tools/list")], list(m.clone())),
+        (vec![("MCP-Protocol-Version", V26)], list(m.clone())),
+        (
+            vec![
+                ("MCP-Protocol-Version", "2025-11-25"),
+                ("Mcp-Method", "tools/list"),
+            ],
+            list(m.clone()),
+        ),
+        (
+            vec![("MCP-Protocol-Version", V26), ("Mcp-Method", "tools/call")],
+            list(m.clone()),
+        ),
+        (
+            vec![
+                ("MCP-Protocol-Version", V26),
+                ("Mcp-Method", "tools/list, tools/list"),
+            ],
+            list(m.clone()),
+        ),
+        (
+            vec![
+                ("MCP-Protocol-Version", "2026-07-28, 2026-07-28"),
+                ("Mcp-Method", "tools/list"),
+            ],
+            list(m.clone()),
+        ),
+    ];
+    for (h, body) in cases {
+        let a = e.post(&h, body).await;
+        assert_eq!(
+            (a.status, a.json()["error"]["code"].clone()),
+            (400, json!(-32020)),
+            "{h:?}"
+        );
+    }
+    // Values are trimmed of spaces and tabs.
+    assert_eq!(
+        e.post(
+            &[
+                ("MCP-Protocol-Version", " 2026-07-28\t"),
+                ("Mcp-Method", "tools/list ")
+            ],
+            list(m.clone())
+        )
+        .await
+        .status,
+        200
+    );
+    // Mcp-Name.
+    let tc = |name: &str| json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":name,"arguments":{"nom_fichier":"x"},"_meta":meta()}});
+    let hc = |n: &'static str| {
+        vec![
+            ("MCP-Protocol-Version", V26),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", n),
+        ]
+    };
+    let a = e.post(&hc("foo"), tc("bar")).await;
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc":"2.0","id":7,"error":{"code":-32020,"message":"Header mismatch: Mcp-Name header value 'foo' does not match body value 'bar'"}})
+    );
+    let a = e
+        .post(
+            &hc("=?base64?cmVjdXBlcmVyX2ZpY2hpZXI=?="),
+            tc("recuperer_fichier"),
+        )
+        .await;
+    assert_eq!(
+        (a.status, a.json()["result"]["isError"].clone()),
+        (200, json!(true))
+    );
+    for bad in ["=?base64?!!!?=", "recuperer_fichier, recuperer_fichier"] {
+        let a = e.post(&hc(bad), tc("recuperer_fichier")).await;
+        assert_eq!(
+            (a.status, a.json()["error"]["code"].clone()),
+            (400, json!(-32020)),
+            "{bad}"
+        );
+    }
+    let a = e
+        .post(
+            &[("MCP-Protocol-Version", V26), ("Mcp-Method", "tools/call")],
+            tc("recuperer_fichier"),
+        )
+        .await;
+    assert_eq!(a.json()["error"]["code"], -32020);
+    // Unsupported version (claim and header agree).
+    let mut old = meta();
+    old["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
+    let a = e
+        .post(
+            &[
+                ("MCP-Protocol-Version", "1900-01-01"),
+                ("Mcp-Method", "tools/list"),
+            ],
+            list(json!({"_meta": old})),
+        )
+        .await;
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc":"2.0","id":6,"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":SUPPORTED,"requested":"1900-01-01"}}})
+    );
+    assert_eq!(a.status, 400);
+    // Removed methods → 404 -32601, id kept.
+    for m in ["ping", "initialize", "logging/setLevel", "resources/list"] {
+        let a = e.modern(json!(9), m, json!({})).await;
+        assert_eq!(a.status, 404, "{m}");
+        assert_eq!(
+            a.json(),
+            json!({"jsonrpc":"2.0","id":9,"error":{"code":-32601,"message":format!("Method not found: {m}")}})
+        );
+    }
+    // Notifications → 202.
+    let a = e
+        .post(
+            &[
+                ("MCP-Protocol-Version", V26),
+                ("Mcp-Method", "notifications/initialized"),
+            ],
+            json!({"jsonrpc":"2.0","method":"notifications/initialized","params":{"_meta":meta()}}),
+        )
+        .await;
+    assert_eq!(a.status, 202);
+    assert!(a.body.is_empty());
+}

@@ -1,0 +1,322 @@
+//! The one tool, `recuperer_fichier` (contract §6): its definition for `tools/list` and the pure
+//! logic of a `tools/call` — argument checks, result shapes of both eras, errors, log line.
+//!
+//! The store is reached through a [`FileSource`] closure so that everything here is testable
+//! without a disk: the HTTP layer plugs the real store in (`super::store_source`).
+
+use serde_json::{Value, json};
+
+use crate::names::{Name, download_url};
+
+use super::protocol::{RpcError, Version};
+
+pub const TOOL_NAME: &str = "recuperer_fichier";
+
+/// The description of the specification §8.6, verbatim.
+pub const DESCRIPTION: &str = "Récupère un fichier précédemment déposé sur le dépôt temporaire via `upload.php`. Utiliser `mode=\"lien\"` par défaut (retourne une URL de téléchargement directe, sans coût de contexte) ; n'utiliser `mode=\"base64\"` que lorsque le contenu du fichier doit impérativement être injecté dans la conversation (par exemple pour le fournir en pièce jointe à un connecteur MCP qui exige un contenu encodé et non une URL).";
+
+/// The two ways of returning a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Lien,
+    Base64,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Lien => "lien",
+            Mode::Base64 => "base64",
+        }
+    }
+}
+
+/// What the store said about the file a call is about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FileOutcome {
+    /// Missing, expired (and then deleted), or without sidecar: indistinguishable.
+    Missing,
+    /// Live and counted as downloaded; `content` holds the bytes in mode base64.
+    Found { size: u64, content: Option<Vec<u8>> },
+    /// Mode base64 refused: the file is larger than `taille_max_base64_octets`.
+    TooLarge { size: u64, max: u64 },
+    /// The store failed (logged by the caller; the client sees an internal error).
+    Error(String),
+}
+
+/// The store seen from the tool: look up `name`, and in mode base64 read it (bounded).
+pub type FileSource<'a> = dyn FnMut(&Name, Mode) -> FileOutcome + 'a;
+
+/// What a call needs from the configuration.
+pub struct ToolCtx<'a> {
+    pub url_base: &'a str,
+    pub token_acces: &'a str,
+}
+
+/// The tool object of `tools/list`; `title` and `outputSchema` exist from 2025-06-18 on.
+pub fn definition(version: Version) -> Value {
+    let mut tool = json!({
+        "name": TOOL_NAME,
+        "description": DESCRIPTION,
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "nom_fichier": {
+                    "type": "string",
+                    "description": "Nom exact du fichier tel que déposé (champ « nom » renvoyé par upload.php au dépôt)."
+                },
+                "mode": {
+                    "type": "string",
+                    "enum": ["lien", "base64"],
+                    "default": "lien",
+                    "description": "Format de la réponse : « lien » (URL de téléchargement directe, par défaut) ou « base64 » (contenu encodé, seulement si un outil l'exige)."
+                }
+            },
+            "required": ["nom_fichier"]
+        },
+        "annotations": {
+            "title": "Récupérer un fichier déposé",
+            "readOnlyHint": true,
+            "destructiveHint": false,
+            "idempotentHint": true,
+            "openWorldHint": false
+        }
+    });
+    if version.is_rich() {
+        tool["title"] = json!("Récupérer un fichier déposé");
+        tool["outputSchema"] = output_schema();
+    }
+    tool
+}
+
+/// Matches both result shapes: lien `{nom, url_telechargement, taille_octets}` and base64
+/// `{nom, contenu_base64, taille_octets}`.
+pub fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "nom": {"type": "string", "description": "Nom du fichier stocké."},
+            "url_telechargement": {"type": "string", "description": "Lien de téléchargement direct (mode « lien »)."},
+            "contenu_base64": {"type": "string", "description": "Contenu du fichier encodé en base64 (mode « base64 »)."},
+            "taille_octets": {"type": "integer", "minimum": 0, "description": "Taille du fichier en octets."}
+        },
+        "required": ["nom", "taille_octets"],
+        "oneOf": [
+            {"required": ["url_telechargement"]},
+            {"required": ["contenu_base64"]}
+        ]
+    })
+}
+
+/// A failure of a call, before it is shaped for an era.
+#[derive(Debug, Clone, PartialEq)]
+enum Failure {
+    /// Unknown tool, `arguments` not an object: -32602 in both eras.
+    Protocol(String),
+    /// Bad or missing arguments, bad name: legacy -32602, modern `isError`.
+    InvalidArguments(String),
+    /// Missing/expired file, base64 too large: legacy -32000, modern `isError`.
+    Business(String),
+    /// The store failed: -32603 in both eras.
+    Internal,
+}
+
+/// The outcome of one `tools/call`: the JSON-RPC result or error, and the log line.
+pub struct CallOutcome {
+    pub result: Result<Value, RpcError>,
+    pub log_line: Option<String>,
+}
+
+/// Runs `tools/call` with `params` (anything; checked here) at `version`.
+pub fn call(
+    ctx: &ToolCtx,
+    version: Version,
+    params: Option<&Value>,
+    files: &mut FileSource,
+) -> CallOutcome {
+    let empty = serde_json::Map::new();
+    let params = match params {
+        None => &empty,
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return shape(
+                version,
+                Failure::Protocol("Invalid params: params must be an object".into()),
+                None,
+            );
+        }
+    };
+    let name = match params.get("name") {
+        Some(Value::String(n)) => n.as_str(),
+        _ => {
+            return shape(
+                version,
+                Failure::Protocol("Invalid params: params.name must be a string".into()),
+                None,
+            );
+        }
+    };
+    if name != TOOL_NAME {
+        return shape(
+            version,
+            Failure::Protocol(format!("Unknown tool: {name}")),
+            None,
+        );
+    }
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return shape(
+                version,
+                Failure::Protocol("Invalid params: arguments must be an object".into()),
+                None,
+            );
+        }
+    };
+    let mode = match args.get("mode") {
+        None | Some(Value::Null) => Ok(Mode::Lien),
+        Some(Value::String(s)) if s == "lien" => Ok(Mode::Lien),
+        Some(Value::String(s)) if s == "base64" => Ok(Mode::Base64),
+        Some(other) => Err(other.to_string()),
+    };
+    let label = |mode: Option<Mode>| {
+        format!(
+            "MCP tools/call {TOOL_NAME}(mode={})",
+            mode.map_or("?", Mode::as_str)
+        )
+    };
+    let mode = match mode {
+        Ok(m) => m,
+        Err(bad) => {
+            let line = format!("{} — mode invalide {bad} — REFUSÉ", label(None));
+            return shape(
+                version,
+                Failure::InvalidArguments(format!(
+                    "Argument « mode » invalide ({bad}) : valeurs permises « lien » (par défaut) ou « base64 »."
+                )),
+                Some(line),
+            );
+        }
+    };
+    let raw = match args.get("nom_fichier") {
+        Some(Value::String(s)) => s,
+        _ => {
+            let line = format!("{} — nom_fichier absent — REFUSÉ", label(Some(mode)));
+            return shape(
+                version,
+                Failure::InvalidArguments(
+                    "Argument « nom_fichier » manquant ou qui n'est pas une chaîne : donner le nom exact renvoyé par upload.php."
+                        .into(),
+                ),
+                Some(line),
+            );
+        }
+    };
+    let name = match Name::parse(raw.as_bytes()) {
+        Ok(n) => n,
+        Err(e) => {
+            let line = format!(
+                "{} — nom invalide {:?} ({e}) — REFUSÉ",
+                label(Some(mode)),
+                raw.chars().take(80).collect::<String>()
+            );
+            return shape(
+                version,
+                Failure::InvalidArguments(format!("Nom de fichier invalide : {e}.")),
+                Some(line),
+            );
+        }
+    };
+    let head = format!("{} — \"{}\"", label(Some(mode)), name);
+    match files(&name, mode) {
+        FileOutcome::Missing => shape(
+            version,
+            Failure::Business(format!(
+                "Fichier introuvable ou expiré : « {name} ». Les fichiers sont effacés 10 minutes après le dernier téléchargement et au plus tard 1 heure après le dépôt ; le déposer à nouveau avec upload.php."
+            )),
+            Some(format!("{head} — introuvable ou expiré — REFUSÉ")),
+        ),
+        FileOutcome::TooLarge { size, max } => shape(
+            version,
+            Failure::Business(format!(
+                "Fichier trop volumineux pour mode=\"base64\" ({size} octets, maximum {max}) : utiliser mode=\"lien\" pour obtenir une URL de téléchargement."
+            )),
+            Some(format!(
+                "{head} — trop volumineux pour base64 ({size} octets) — REFUSÉ"
+            )),
+        ),
+        FileOutcome::Error(why) => shape(
+            version,
+            Failure::Internal,
+            Some(format!("{head} — erreur du stockage : {why} — ERREUR")),
+        ),
+        FileOutcome::Found { size, content } => {
+            let structured = match (mode, content) {
+                (Mode::Base64, Some(bytes)) => {
+                    use base64::Engine;
+                    json!({
+                        "nom": name.as_str(),
+                        "contenu_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
+                        "taille_octets": size,
+                    })
+                }
+                (Mode::Base64, None) => {
+                    return shape(
+                        version,
+                        Failure::Internal,
+                        Some(format!("{head} — contenu non lu — ERREUR")),
+                    );
+                }
+                (Mode::Lien, _) => json!({
+                    "nom": name.as_str(),
+                    "url_telechargement": download_url(ctx.url_base, &name, ctx.token_acces),
+                    "taille_octets": size,
+                }),
+            };
+            CallOutcome {
+                result: Ok(success(version, &name, mode, structured)),
+                log_line: Some(format!("{head} — OK")),
+            }
+        }
+    }
+}
+
+/// The success result: a text block holding the JSON (+ a `resource_link` in mode lien from
+/// 2025-06-18 on) and `structuredContent` (from 2025-06-18 on).
+fn success(version: Version, name: &Name, mode: Mode, structured: Value) -> Value {
+    let mut content = vec![json!({"type": "text", "text": structured.to_string()})];
+    if version.is_rich() && mode == Mode::Lien {
+        content.push(json!({
+            "type": "resource_link",
+            "uri": structured["url_telechargement"],
+            "name": name.as_str(),
+            "mimeType": "application/octet-stream",
+            "size": structured["taille_octets"],
+        }));
+    }
+    let mut result = json!({"content": content, "isError": false});
+    if version.is_rich() {
+        result["structuredContent"] = structured;
+    }
+    result
+}
+
+/// Shapes a failure for the era: legacy JSON-RPC errors, modern `isError` results.
+fn shape(version: Version, failure: Failure, log_line: Option<String>) -> CallOutcome {
+    let result = match failure {
+        Failure::Protocol(msg) => Err(RpcError::new(-32602, msg)),
+        Failure::Internal => Err(RpcError::new(
+            -32603,
+            "Erreur interne du serveur (stockage).".to_string(),
+        )
+        .with_status(500)),
+        Failure::InvalidArguments(msg) if !version.is_modern() => Err(RpcError::new(-32602, msg)),
+        Failure::Business(msg) if !version.is_modern() => Err(RpcError::new(-32000, msg)),
+        Failure::InvalidArguments(msg) | Failure::Business(msg) => Ok(json!({
+            "content": [{"type": "text", "text": msg}],
+            "isError": true,
+        })),
+    };
+    CallOutcome { result, log_line }
+}

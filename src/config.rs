@@ -190,13 +190,19 @@ fn check_url(key: &str, v: &str) -> Result<(), ConfigError> {
     let rest = v
         .strip_prefix("https://")
         .or_else(|| v.strip_prefix("http://"))
-        .ok_or_else(|| err(key, format!("« {v} » n'est pas une URL http:// ou https://")))?;
+        .ok_or_else(|| {
+            err(
+                key,
+                format!("« {v} » n'est pas une URL http:// ou https://"),
+            )
+        })?;
     let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if host.is_empty()
-        || v.chars().any(|c| c.is_whitespace() || c.is_control())
-        || v.contains('#')
+    if host.is_empty() || v.chars().any(|c| c.is_whitespace() || c.is_control()) || v.contains('#')
     {
-        return Err(err(key, format!("« {v} » n'est pas une URL http(s) valide")));
+        return Err(err(
+            key,
+            format!("« {v} » n'est pas une URL http(s) valide"),
+        ));
     }
     Ok(())
 }
@@ -261,7 +267,10 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
         None => format!("{url_base}/mcp.php"),
     };
     let scope = r.oauth_scope_requis.unwrap_or_default();
-    if scope.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\') {
+    if scope
+        .chars()
+        .any(|c| c.is_whitespace() || c == '"' || c == '\\')
+    {
         return Err(err(
             "oauth_scope_requis",
             "un seul scope, sans espace ni guillemet",
@@ -368,7 +377,10 @@ impl Config {
             "oauth_client_secret",
             format!("\"{}\"", mask(&self.oauth_client_secret)),
         );
-        line("oauth_scope_requis", format!("{:?}", self.oauth_scope_requis));
+        line(
+            "oauth_scope_requis",
+            format!("{:?}", self.oauth_scope_requis),
+        );
         line("mcp_resource_url", format!("{:?}", self.mcp_resource_url));
         line(
             "oauth_audience_obligatoire",
@@ -480,7 +492,11 @@ oauth_client_secret = "s3cr3t-s3cr3t"
             Some("token_acces")
         );
         assert_eq!(
-            key_of(&MINIMAL.replace("0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcde&")).as_deref(),
+            key_of(&MINIMAL.replace(
+                "0123456789abcdef0123456789abcdef",
+                "0123456789abcdef0123456789abcde&"
+            ))
+            .as_deref(),
             Some("token_acces")
         );
         assert_eq!(
@@ -500,7 +516,9 @@ oauth_client_secret = "s3cr3t-s3cr3t"
 
     #[test]
     fn messages_are_french_and_name_the_key() {
-        let e = parse(&format!("{MINIMAL}\nfoo = 1")).unwrap_err().to_string();
+        let e = parse(&format!("{MINIMAL}\nfoo = 1"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("clé `foo`"), "{e}");
     }
 
@@ -512,7 +530,10 @@ oauth_client_secret = "s3cr3t-s3cr3t"
         assert!(!d.contains("s3cr3t-s3cr3t"));
         assert!(d.contains("0123…"));
         for k in KEYS {
-            assert!(d.contains(&format!("{k} = ")), "{k} missing from describe()");
+            assert!(
+                d.contains(&format!("{k} = ")),
+                "{k} missing from describe()"
+            );
         }
     }
 

@@ -109,11 +109,23 @@ mod tests {
         let all = [
             (ApiError::TokenInvalide, 401, "token_invalide"),
             (ApiError::FichierAbsent, 400, "fichier_absent"),
-            (ApiError::RequeteInvalide("x".into()), 400, "requete_invalide"),
+            (
+                ApiError::RequeteInvalide("x".into()),
+                400,
+                "requete_invalide",
+            ),
             (ApiError::NomInvalide(NameError::Empty), 400, "nom_invalide"),
-            (ApiError::FichierTropVolumineux(9), 413, "fichier_trop_volumineux"),
+            (
+                ApiError::FichierTropVolumineux(9),
+                413,
+                "fichier_trop_volumineux",
+            ),
             (ApiError::FichierIntrouvable, 404, "fichier_introuvable"),
-            (ApiError::MethodeNonAutorisee("POST"), 405, "methode_non_autorisee"),
+            (
+                ApiError::MethodeNonAutorisee("POST"),
+                405,
+                "methode_non_autorisee",
+            ),
             (ApiError::PlageInvalide(3), 416, "plage_invalide"),
             (ApiError::StockagePlein("x".into()), 507, "stockage_plein"),
             (ApiError::ErreurInterne("x".into()), 500, "erreur_interne"),

@@ -85,7 +85,7 @@ impl Body {
         Body { rx: None }
     }
 
-    /// A body holding the given bytes (tests, fuzzing).
+    /// A body holding the given bytes, sent as one chunk (small bodies: tests, fuzzing).
     pub fn from_bytes(data: impl Into<Bytes>) -> Body {
         let data = data.into();
         let (tx, body) = Body::channel();

@@ -172,9 +172,7 @@ mod tests {
         assert!(l.starts_with('['));
         assert_eq!(&l[20..22], "] ");
         assert!(l.ends_with("— OK"));
-        let mode = std::fs::metadata(dir.path().join(LOG_FILE))
-            .unwrap()
-            .mode();
+        let mode = std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 

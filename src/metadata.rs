@@ -25,7 +25,10 @@ pub fn document(cfg: &Config) -> serde_json::Value {
 
 /// The URL given in `resource_metadata` of the `WWW-Authenticate` challenges.
 pub fn path_suffixed_url(cfg: &Config) -> String {
-    format!("{}/.well-known/oauth-protected-resource/mcp.php", cfg.url_base)
+    format!(
+        "{}/.well-known/oauth-protected-resource/mcp.php",
+        cfg.url_base
+    )
 }
 
 pub fn handle(app: &App, req: &Request) -> Response {
@@ -60,6 +63,9 @@ mod tests {
         let d = document(&cfg);
         assert_eq!(d["scopes_supported"], json!(["fichiers:lire"]));
         // Exactly as configured: no slash added or removed.
-        assert_eq!(d["authorization_servers"], json!(["https://oauth.example.org/"]));
+        assert_eq!(
+            d["authorization_servers"],
+            json!(["https://oauth.example.org/"])
+        );
     }
 }

@@ -286,8 +286,14 @@ mod tests {
 
     #[test]
     fn php_get_semantics() {
-        assert_eq!(query_param(b"fichier=a+b%20c", "fichier").unwrap(), b"a b c");
-        assert_eq!(query_param(b"fichier=1&fichier=2", "fichier").unwrap(), b"2");
+        assert_eq!(
+            query_param(b"fichier=a+b%20c", "fichier").unwrap(),
+            b"a b c"
+        );
+        assert_eq!(
+            query_param(b"fichier=1&fichier=2", "fichier").unwrap(),
+            b"2"
+        );
         assert_eq!(query_param(b"fichier", "fichier").unwrap(), b"");
         assert_eq!(query_param(b"x=1", "fichier"), None);
         assert_eq!(query_param(b"fichier=%ff", "fichier").unwrap(), b"\xff");

@@ -65,7 +65,11 @@ pub async fn handle(app: &App, mut req: Request) -> Response {
         Endpoint::Metadata => metadata::handle(app, &req),
         Endpoint::NotFound => {
             let r = crate::error::ApiError::FichierIntrouvable.to_response();
-            if req.method() == "HEAD" { r.head_only() } else { r }
+            if req.method() == "HEAD" {
+                r.head_only()
+            } else {
+                r
+            }
         }
     }
 }
@@ -93,11 +97,31 @@ mod tests {
             ("/mcp.php", "/mcp.php", Mcp),
             ("/sub/dir/mcp.php", "/sub/dir/mcp.php", Mcp),
             ("/upload.php/extra?x=1", "/upload.php", Upload),
-            ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource", Metadata),
-            ("/.well-known/oauth-protected-resource", "/mcp.php", Metadata),
-            ("/.well-known/oauth-protected-resource/mcp.php", "/.well-known/oauth-protected-resource/mcp.php", Metadata),
-            ("/.well-known/oauth-protected-resource/mcp.php?x", "/mcp.php", Metadata),
-            ("/.well-known/oauth-protected-resource/other", "/.well-known/oauth-protected-resource/other", NotFound),
+            (
+                "/.well-known/oauth-protected-resource",
+                "/.well-known/oauth-protected-resource",
+                Metadata,
+            ),
+            (
+                "/.well-known/oauth-protected-resource",
+                "/mcp.php",
+                Metadata,
+            ),
+            (
+                "/.well-known/oauth-protected-resource/mcp.php",
+                "/.well-known/oauth-protected-resource/mcp.php",
+                Metadata,
+            ),
+            (
+                "/.well-known/oauth-protected-resource/mcp.php?x",
+                "/mcp.php",
+                Metadata,
+            ),
+            (
+                "/.well-known/oauth-protected-resource/other",
+                "/.well-known/oauth-protected-resource/other",
+                NotFound,
+            ),
             ("/other.php", "/other.php", NotFound),
             ("/mcp.php.jpg", "/mcp.php.jpg", NotFound),
             ("/", "/", NotFound),

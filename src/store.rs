@@ -1,13 +1,44 @@
-//! The store: files, their sidecars, expiry, the sweep, atomic publication (contract §4).
+//! The store: stored files, their sidecars, expiry, the sweep and atomic publication (contract §4).
 //!
-//! API ONLY — implementation in progress.
+//! Layout of `dossier_fichiers`:
+//! - `<name>`: a stored file; its mtime is the "last download" clock;
+//! - `.meta/<name>.json`: its sidecar, written once per upload, never rewritten;
+//! - `.tmp/*.part`: uploads being written (each flock-ed by its writer for its whole life);
+//! - `.tmp/verrou`: the store lock; `.tmp/balayage`: the sweep-cadence marker (its mtime).
+//!
+//! Concurrency (several processes, any of which can be SIGKILLed):
+//! - publication renames the sidecar then the file under the store lock held exclusively, and
+//!   lookups read the pair under the lock held shared: a reader never sees half a publication;
+//! - every deletion re-checks its candidate under the exclusive lock, so a sweep never removes a
+//!   file that an upload has just (re)published;
+//! - a `.part` file is created and flock-ed under the shared store lock, and the sweep probes
+//!   `.part` locks under the exclusive one: a live writer's file is never removed, a dead writer's
+//!   file always is (the kernel drops a flock when its process dies);
+//! - a file being sent is an open descriptor: unlinking it does not cut the transfer.
 
-use std::fs::File;
-use std::io;
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
+use sha2::{Digest, Sha256};
 
 use crate::config::Config;
+use crate::log::create_private_dir;
 use crate::names::Name;
+
+const META: &str = ".meta";
+const TMP: &str = ".tmp";
+const LOCK_FILE: &str = "verrou";
+const SWEEP_MARKER: &str = "balayage";
+const PART_SUFFIX: &str = ".part";
 
 /// The sidecar `.meta/<name>.json`, written once per upload and never rewritten.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -28,24 +59,56 @@ pub enum StoreError {
     Io(io::Error),
 }
 
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Full(why) => write!(f, "stockage plein : {why}"),
+            StoreError::TooLarge => f.write_str("fichier trop volumineux"),
+            StoreError::Io(e) => write!(f, "erreur d'entrée-sortie : {e}"),
+        }
+    }
+}
+
+impl From<io::Error> for StoreError {
+    fn from(e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(code) if code == libc_enospc() || code == libc_edquot() => {
+                StoreError::Full(e.to_string())
+            }
+            _ => StoreError::Io(e),
+        }
+    }
+}
+
+fn libc_enospc() -> i32 {
+    rustix::io::Errno::NOSPC.raw_os_error()
+}
+
+fn libc_edquot() -> i32 {
+    rustix::io::Errno::DQUOT.raw_os_error()
+}
+
 /// A live, unexpired file, opened for reading.
 pub struct Found {
     pub file: File,
     pub size: u64,
     pub sidecar: Sidecar,
+    /// Inode number, for an ETag that changes with every new upload.
+    pub ino: u64,
 }
 
 impl Found {
     /// Sets the file's mtime to now (the "last download" clock), on the opened inode.
     pub fn touch(&self) -> io::Result<()> {
-        self.file.set_modified(std::time::SystemTime::now())
+        self.file.set_modified(SystemTime::now())
     }
 }
 
 /// What a sweep did.
 #[derive(Debug, Default, Clone)]
 pub struct SweepReport {
-    /// False when skipped because another sweep finished less than `balayage_intervalle_min_ms` ago.
+    /// False when skipped because another sweep finished less than `balayage_intervalle_min_ms`
+    /// ago, or is running right now.
     pub full: bool,
     pub removed_files: Vec<String>,
     pub removed_orphans: Vec<String>,
@@ -53,6 +116,7 @@ pub struct SweepReport {
 }
 
 /// What a successful publication produced.
+#[derive(Debug)]
 pub struct Published {
     pub sidecar: Sidecar,
     pub sha256_hex: String,
@@ -61,59 +125,805 @@ pub struct Published {
 /// A handle on the store of one configuration.
 pub struct Store {
     root: PathBuf,
+    max_age: i64,
+    max_idle: i64,
+    sweep_interval: Duration,
+    max_file: u64,
+    capacity: u64,
+}
+
+/// Whole seconds since the epoch (the contract's clocks are PHP's `time()` and `filemtime()`).
+pub fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// The verdict on one stored name, taken under the store lock.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// File and sidecar agree and neither clock has run out.
+    Live,
+    /// Expired, or a pair that does not belong together (sidecar unreadable or of another size):
+    /// remove both now.
+    Remove,
+    /// Half a pair, younger than `duree_max_depot_secondes`: leave it for now.
+    YoungOrphan,
+    /// Nothing there.
+    Absent,
 }
 
 impl Store {
     /// Creates the folders (0700) if missing.
     pub fn open(cfg: &Config) -> io::Result<Store> {
-        let _ = cfg;
-        todo!()
+        let root = cfg.dossier_fichiers.clone();
+        for dir in [root.clone(), root.join(META), root.join(TMP)] {
+            create_private_dir(&dir)?;
+        }
+        Ok(Store {
+            root,
+            max_age: cfg.duree_max_depot_secondes as i64,
+            max_idle: cfg.duree_inactivite_secondes as i64,
+            sweep_interval: Duration::from_millis(cfg.balayage_intervalle_min_ms),
+            max_file: cfg.taille_max_fichier_octets,
+            capacity: cfg.taille_max_totale_octets,
+        })
     }
 
-    /// The sweep every request begins with; skipped when another process finished one recently.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn file_path(&self, name: &Name) -> PathBuf {
+        self.root.join(name.as_str())
+    }
+
+    fn sidecar_path(&self, name: &Name) -> PathBuf {
+        self.root.join(META).join(name.sidecar_file_name())
+    }
+
+    fn tmp_path(&self, file: &str) -> PathBuf {
+        self.root.join(TMP).join(file)
+    }
+
+    /// Opens the store lock file (created on first use).
+    fn lock_file(&self) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(self.tmp_path(LOCK_FILE))
+    }
+
+    /// The sweep every request begins with: a full sweep unless another process finished one less
+    /// than `balayage_intervalle_min_ms` ago or is running one now.
     pub fn sweep(&self) -> io::Result<SweepReport> {
-        todo!()
+        let marker = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(self.tmp_path(SWEEP_MARKER))?;
+        if !self.sweep_interval.is_zero() {
+            let m = marker.metadata()?;
+            // An empty marker was never stamped by a sweep; a marker in the future (clock set
+            // back) does not hold sweeps off.
+            let swept_recently = m.len() > 0
+                && SystemTime::now()
+                    .duration_since(m.modified()?)
+                    .map(|age| age < self.sweep_interval)
+                    .unwrap_or(false);
+            if swept_recently {
+                return Ok(SweepReport::default());
+            }
+            // One sweeper at a time; the others go on with their request.
+            match marker.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(SweepReport::default()),
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
+        let report = self.sweep_full();
+        // Stamp the end of this sweep: the marker's mtime is the shared cadence clock.
+        if marker.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
+            let _ = marker.set_len(1);
+        }
+        let _ = marker.set_modified(SystemTime::now());
+        report
     }
 
     /// A full sweep regardless of the interval (`depot-fichiers sweep`).
     pub fn sweep_full(&self) -> io::Result<SweepReport> {
-        todo!()
+        let mut report = SweepReport {
+            full: true,
+            ..SweepReport::default()
+        };
+        let now = now_secs();
+        let root_fd = open_dir(&self.root)?;
+        let meta_fd = open_dir(&self.root.join(META))?;
+        let files = list_names(&root_fd, true)?;
+        let sidecars: HashSet<Vec<u8>> = list_names(&meta_fd, false)?
+            .into_iter()
+            .filter_map(|n| n.strip_suffix(b".json").map(<[u8]>::to_vec))
+            .collect();
+
+        // Phase 1, no lock: find candidates with metadata calls only.
+        let mut candidates: Vec<Name> = Vec::new();
+        for raw in &files {
+            let Ok(name) = Name::parse(raw) else {
+                continue; // never created by us
+            };
+            let Ok(st) = rustix::fs::statx(
+                &root_fd,
+                raw.as_slice(),
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::MTIME | StatxFlags::BTIME,
+            ) else {
+                continue;
+            };
+            let mtime = st.stx_mtime.tv_sec;
+            let has_sidecar = sidecars.contains(raw);
+            let maybe = if !has_sidecar {
+                now - mtime > self.max_age
+            } else if now - mtime > self.max_idle {
+                true
+            } else if st.stx_mask & StatxFlags::BTIME.bits() != 0 {
+                // Birth time (start of the upload) ≤ depot_timestamp: if even that is within the
+                // age limit, the sidecar cannot say otherwise.
+                now - st.stx_btime.tv_sec > self.max_age
+            } else {
+                true // no birth time on this filesystem: let the exact check read the sidecar
+            };
+            if maybe {
+                candidates.push(name);
+            }
+        }
+        let file_set: HashSet<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        for raw in &sidecars {
+            if file_set.contains(raw.as_slice()) {
+                continue;
+            }
+            if let Ok(name) = Name::parse(raw) {
+                candidates.push(name);
+            }
+        }
+
+        // Phase 2, exclusive lock: exact verdicts, removals, dead writers' temporaries.
+        let lock = self.lock_file()?;
+        lock.lock()?;
+        for name in candidates {
+            let (verdict, had_sidecar, had_file) = self.verdict(&name, now);
+            if verdict == Verdict::Remove {
+                self.remove_pair(&name);
+                if had_file && had_sidecar {
+                    report.removed_files.push(name.as_str().to_string());
+                } else {
+                    report.removed_orphans.push(name.as_str().to_string());
+                }
+            }
+        }
+        report.removed_temporaries = self.remove_dead_temporaries()?;
+        lock.unlock()?;
+        Ok(report)
     }
 
-    /// The file a request is about: `Ok(None)` when missing, without sidecar, or expired (an expired
-    /// file is deleted on the spot).
+    /// The exact verdict on `name`; call with the store lock held. Also says whether the sidecar
+    /// and the file were there.
+    fn verdict(&self, name: &Name, now: i64) -> (Verdict, bool, bool) {
+        let file_meta = std::fs::symlink_metadata(self.file_path(name)).ok();
+        let sidecar_path = self.sidecar_path(name);
+        let sidecar_meta = std::fs::symlink_metadata(&sidecar_path).ok();
+        match (file_meta, sidecar_meta) {
+            (None, None) => (Verdict::Absent, false, false),
+            (Some(f), None) => {
+                let v = if now - f.mtime() > self.max_age {
+                    Verdict::Remove
+                } else {
+                    Verdict::YoungOrphan
+                };
+                (v, false, true)
+            }
+            (None, Some(s)) => {
+                let v = if now - s.mtime() > self.max_age {
+                    Verdict::Remove
+                } else {
+                    Verdict::YoungOrphan
+                };
+                (v, true, false)
+            }
+            (Some(f), Some(_)) => {
+                let v = match read_sidecar(&sidecar_path) {
+                    Some(sc) if sc.taille_octets == f.size() && f.is_file() => {
+                        if self.expired(&sc, f.mtime(), now) {
+                            Verdict::Remove
+                        } else {
+                            Verdict::Live
+                        }
+                    }
+                    // Unreadable sidecar, or the sidecar of another version (a writer killed
+                    // between its two renames): never served, removed.
+                    _ => Verdict::Remove,
+                };
+                (v, true, true)
+            }
+        }
+    }
+
+    /// Contract §4: expired by age or by inactivity.
+    fn expired(&self, sc: &Sidecar, mtime: i64, now: i64) -> bool {
+        now - sc.depot_timestamp > self.max_age || now - mtime > self.max_idle
+    }
+
+    /// Unlinks a name's sidecar and file (store lock held).
+    fn remove_pair(&self, name: &Name) {
+        let _ = std::fs::remove_file(self.sidecar_path(name));
+        let _ = std::fs::remove_file(self.file_path(name));
+    }
+
+    /// Removes the `.part` files whose writer is gone (store lock held exclusively).
+    fn remove_dead_temporaries(&self) -> io::Result<Vec<String>> {
+        let tmp_fd = open_dir(&self.root.join(TMP))?;
+        let mut removed = Vec::new();
+        for raw in list_names(&tmp_fd, true)? {
+            if !raw.ends_with(PART_SUFFIX.as_bytes()) {
+                continue;
+            }
+            let path = self.root.join(TMP).join(OsStr::from_bytes(&raw));
+            let Ok(f) = OpenOptions::new()
+                .read(true)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(&path)
+            else {
+                continue;
+            };
+            // Writers create and lock their file under the shared store lock, which we hold
+            // exclusively: an unlocked `.part` here has no living writer.
+            if f.try_lock().is_ok() {
+                if std::fs::remove_file(&path).is_ok() {
+                    removed.push(String::from_utf8_lossy(&raw).into_owned());
+                }
+                let _ = f.unlock();
+            }
+        }
+        Ok(removed)
+    }
+
+    /// The file a request is about: `Ok(None)` when missing, without sidecar, or expired (an
+    /// expired file is deleted on the spot).
     pub fn lookup(&self, name: &Name) -> Result<Option<Found>, StoreError> {
-        let _ = name;
-        todo!()
+        let lock = self.lock_file()?;
+        lock.lock_shared()?;
+        let now = now_secs();
+        let file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+            .open(self.file_path(name))
+        {
+            Ok(f) => Some(f),
+            Err(e) if is_absent(&e) => None,
+            Err(e) => return Err(StoreError::Io(e)),
+        };
+        let sidecar = read_sidecar(&self.sidecar_path(name));
+        let found = match (file, sidecar) {
+            (Some(file), Some(sc)) => {
+                let m = file.metadata()?;
+                if m.is_file() && m.len() == sc.taille_octets && !self.expired(&sc, m.mtime(), now)
+                {
+                    Some(Found {
+                        size: m.len(),
+                        ino: m.ino(),
+                        file,
+                        sidecar: sc,
+                    })
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        lock.unlock()?;
+        if found.is_some() {
+            return Ok(found);
+        }
+        // Not servable: if it is expired (or a broken pair), remove it now, re-checked under the
+        // exclusive lock so that a concurrent re-publication survives.
+        lock.lock()?;
+        let (verdict, _, _) = self.verdict(name, now_secs());
+        if verdict == Verdict::Remove {
+            self.remove_pair(name);
+        }
+        lock.unlock()?;
+        Ok(None)
     }
 
     /// Starts an upload into a temporary `.tmp/*.part` file (removed if the upload is dropped).
     pub fn begin_upload(&self) -> Result<Upload, StoreError> {
-        todo!()
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let lock = self.lock_file()?;
+        lock.lock_shared()?;
+        let result = (|| -> io::Result<(File, PathBuf)> {
+            loop {
+                let nanos = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
+                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+                let path = self.tmp_path(&format!(
+                    "{}-{nanos:x}-{n}{PART_SUFFIX}",
+                    std::process::id()
+                ));
+                match OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&path)
+                {
+                    Ok(f) => {
+                        f.lock()?;
+                        return Ok((f, path));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        })();
+        let _ = lock.unlock();
+        let (file, path) = result?;
+        Ok(Upload {
+            file: Some(file),
+            part: path,
+            written: 0,
+            hasher: Sha256::new(),
+            store_root: self.root.clone(),
+            max_file: self.max_file,
+            capacity: self.capacity,
+            lock_path: self.tmp_path(LOCK_FILE),
+        })
     }
 
-    pub fn root(&self) -> &PathBuf {
-        &self.root
+    /// Bytes of stored files, not counting `except` (the version an upload replaces) nor sidecars.
+    fn stored_bytes(&self, except: &Name) -> io::Result<u64> {
+        let root_fd = open_dir(&self.root)?;
+        let mut total = 0u64;
+        for raw in list_names(&root_fd, true)? {
+            if raw == except.as_str().as_bytes() {
+                continue;
+            }
+            if let Ok(st) = rustix::fs::statx(
+                &root_fd,
+                raw.as_slice(),
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::SIZE,
+            ) {
+                total += st.stx_size;
+            }
+        }
+        Ok(total)
     }
 }
 
-/// An upload being written; dropping it removes the temporary file.
-pub struct Upload {}
+fn is_absent(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+        || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+/// Reads and parses a sidecar (small: refuses anything over 4 KiB).
+fn read_sidecar(path: &Path) -> Option<Sidecar> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .ok()?;
+    let mut buf = Vec::with_capacity(256);
+    f.take(4096).read_to_end(&mut buf).ok()?;
+    serde_json::from_slice(&buf).ok()
+}
+
+fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// The names in a directory, without `.`/`..`; `skip_dot_entries` also skips the store's own
+/// `.meta` and `.tmp`.
+fn list_names(dir: &OwnedFd, skip_store_entries: bool) -> io::Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut d = rustix::fs::Dir::read_from(dir.as_fd())?;
+    while let Some(entry) = d.read() {
+        let entry = entry?;
+        let n = entry.file_name().to_bytes();
+        if n == b"." || n == b".." {
+            continue;
+        }
+        if skip_store_entries && (n == META.as_bytes() || n == TMP.as_bytes()) {
+            continue;
+        }
+        out.push(n.to_vec());
+    }
+    Ok(out)
+}
+
+/// An upload being written; dropping it unpublished removes the temporary file.
+pub struct Upload {
+    file: Option<File>,
+    part: PathBuf,
+    written: u64,
+    hasher: Sha256,
+    store_root: PathBuf,
+    max_file: u64,
+    capacity: u64,
+    lock_path: PathBuf,
+}
 
 impl Upload {
-    /// Appends bytes (→ `TooLarge` beyond the limit, `Full` on ENOSPC).
+    /// Appends bytes (→ `TooLarge` beyond the limit, `Full` on ENOSPC or beyond the capacity).
     pub fn write(&mut self, data: &[u8]) -> Result<(), StoreError> {
-        let _ = data;
-        todo!()
+        let total = self.written + data.len() as u64;
+        if total > self.max_file {
+            return Err(StoreError::TooLarge);
+        }
+        if self.capacity > 0 && total > self.capacity {
+            return Err(StoreError::Full(
+                "le fichier dépasse à lui seul la capacité du dépôt".into(),
+            ));
+        }
+        let f = self.file.as_mut().expect("upload already published");
+        f.write_all(data)?;
+        self.hasher.update(data);
+        self.written = total;
+        Ok(())
     }
 
     pub fn written(&self) -> u64 {
-        todo!()
+        self.written
     }
 
-    /// fsync, sidecar, atomic rename into place under `name` (overwriting).
-    pub fn publish(self, name: &Name) -> Result<Published, StoreError> {
-        let _ = name;
-        todo!()
+    /// fsync, sidecar, atomic rename into place under `name` (overwriting), fsync of the folders.
+    pub fn publish(mut self, store: &Store, name: &Name) -> Result<Published, StoreError> {
+        let file = self.file.take().expect("upload already published");
+        file.sync_all()?;
+        let depot = now_secs();
+        let sidecar = Sidecar {
+            nom_original: name.as_str().to_string(),
+            depot_timestamp: depot,
+            taille_octets: self.written,
+        };
+        // The sidecar is written under its own temporary name, then renamed too.
+        let sc_part = PathBuf::from(format!(
+            "{}.meta{PART_SUFFIX}",
+            self.part
+                .display()
+                .to_string()
+                .trim_end_matches(PART_SUFFIX)
+        ));
+        let result = (|| -> Result<(), StoreError> {
+            {
+                let mut sc = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&sc_part)?;
+                // Held like the data file: the sweep leaves it alone while we live.
+                sc.lock()?;
+                sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
+                sc.sync_all()?;
+            }
+            let lock = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&self.lock_path)?;
+            lock.lock()?;
+            let inner = (|| -> Result<(), StoreError> {
+                if self.capacity > 0 {
+                    let others = store.stored_bytes(name)?;
+                    if others + self.written > self.capacity {
+                        return Err(StoreError::Full(format!(
+                            "capacité du dépôt atteinte ({} octets)",
+                            self.capacity
+                        )));
+                    }
+                }
+                std::fs::rename(&sc_part, store.sidecar_path(name))?;
+                std::fs::rename(&self.part, store.file_path(name))?;
+                Ok(())
+            })();
+            let _ = lock.unlock();
+            inner
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&sc_part);
+            // `self` drops here and removes the data `.part`.
+            return Err(e);
+        }
+        // The renames are done: nothing left to clean up.
+        self.part = PathBuf::new();
+        drop(file);
+        for dir in [self.store_root.clone(), self.store_root.join(META)] {
+            if let Ok(d) = File::open(&dir) {
+                let _ = d.sync_all();
+            }
+        }
+        let digest = std::mem::take(&mut self.hasher).finalize();
+        Ok(Published {
+            sidecar,
+            sha256_hex: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        })
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if !self.part.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.part);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+
+    pub(crate) fn test_store(dir: &Path, extra: &str) -> (Config, Store) {
+        let text = format!(
+            "{}\n{extra}\n",
+            config::tests::MINIMAL
+                .replace("/srv/depot/files", &dir.join("files").display().to_string())
+                .replace("/srv/depot/log", &dir.join("log").display().to_string())
+        );
+        let cfg = config::parse(&text).unwrap();
+        let store = Store::open(&cfg).unwrap();
+        (cfg, store)
+    }
+
+    fn put(store: &Store, name: &str, data: &[u8]) -> Published {
+        let mut up = store.begin_upload().unwrap();
+        up.write(data).unwrap();
+        up.publish(store, &Name::parse(name.as_bytes()).unwrap())
+            .unwrap()
+    }
+
+    fn set_mtime(path: &Path, secs_ago: u64) {
+        let f = File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(secs_ago))
+            .unwrap();
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn publish_then_lookup() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        let p = put(&store, "a b.txt", b"hello");
+        assert_eq!(p.sidecar.taille_octets, 5);
+        assert_eq!(
+            p.sha256_hex,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
+        let f = store
+            .lookup(&Name::parse(b"a b.txt").unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.size, 5);
+        let sc: Sidecar = serde_json::from_slice(
+            &std::fs::read(d.path().join("files/.meta/a b.txt.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(sc.nom_original, "a b.txt");
+        assert!((now_secs() - sc.depot_timestamp).abs() <= 1);
+        // Nothing but the file and the store's own folders at the top.
+        assert_eq!(
+            names_in(&d.path().join("files")),
+            [".meta", ".tmp", "a b.txt"]
+        );
+        let tmp = names_in(&d.path().join("files/.tmp"));
+        assert!(tmp.iter().all(|n| !n.ends_with(".part")), "{tmp:?}");
+        let mode = std::fs::metadata(d.path().join("files/a b.txt"))
+            .unwrap()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mode = std::fs::metadata(d.path().join("files")).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn overwrite_replaces_content_and_sidecar() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        put(&store, "x", b"first version");
+        put(&store, "x", b"2nd");
+        let f = store.lookup(&Name::parse(b"x").unwrap()).unwrap().unwrap();
+        assert_eq!(f.size, 3);
+        assert_eq!(f.sidecar.taille_octets, 3);
+    }
+
+    #[test]
+    fn expiry_by_inactivity_and_by_age() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(
+            d.path(),
+            "duree_inactivite_secondes = 100\nduree_max_depot_secondes = 1000",
+        );
+        put(&store, "idle", b"1");
+        put(&store, "old", b"2");
+        put(&store, "fresh", b"3");
+        set_mtime(&d.path().join("files/idle"), 101);
+        // Age comes from the sidecar's depot_timestamp, not from the mtime.
+        let sc = Sidecar {
+            nom_original: "old".into(),
+            depot_timestamp: now_secs() - 1001,
+            taille_octets: 1,
+        };
+        std::fs::write(
+            d.path().join("files/.meta/old.json"),
+            serde_json::to_vec(&sc).unwrap(),
+        )
+        .unwrap();
+        // The exact check of the file a request is about reads the sidecar.
+        assert!(
+            store
+                .lookup(&Name::parse(b"old").unwrap())
+                .unwrap()
+                .is_none()
+        );
+        assert!(!d.path().join("files/old").exists());
+        assert!(!d.path().join("files/.meta/old.json").exists());
+        let r = store.sweep_full().unwrap();
+        assert_eq!(r.removed_files, ["idle"]);
+        assert_eq!(
+            names_in(&d.path().join("files")),
+            [".meta", ".tmp", "fresh"]
+        );
+        assert_eq!(names_in(&d.path().join("files/.meta")), ["fresh.json"]);
+    }
+
+    #[test]
+    fn sweep_removes_age_expired_files_nobody_asks_for() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(
+            d.path(),
+            "duree_inactivite_secondes = 100\nduree_max_depot_secondes = 2",
+        );
+        put(&store, "a", b"1");
+        std::thread::sleep(Duration::from_millis(3100));
+        // Downloaded recently: inactivity clock fresh, but the age limit has passed.
+        let f = File::options()
+            .write(true)
+            .open(d.path().join("files/a"))
+            .unwrap();
+        f.set_modified(SystemTime::now()).unwrap();
+        let r = store.sweep_full().unwrap();
+        assert_eq!(r.removed_files, ["a"]);
+    }
+
+    #[test]
+    fn orphans_are_removed_once_old() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "duree_max_depot_secondes = 100");
+        let files = d.path().join("files");
+        std::fs::write(files.join("lonely-file"), b"x").unwrap();
+        std::fs::write(files.join(".meta/lonely-sidecar.json"), b"{}").unwrap();
+        let r = store.sweep_full().unwrap();
+        assert!(r.removed_orphans.is_empty());
+        // Never served meanwhile.
+        assert!(
+            store
+                .lookup(&Name::parse(b"lonely-file").unwrap())
+                .unwrap()
+                .is_none()
+        );
+        assert!(files.join("lonely-file").exists(), "young orphan kept");
+        set_mtime(&files.join("lonely-file"), 101);
+        set_mtime(&files.join(".meta/lonely-sidecar.json"), 101);
+        let mut r = store.sweep_full().unwrap();
+        r.removed_orphans.sort();
+        assert_eq!(r.removed_orphans, ["lonely-file", "lonely-sidecar"]);
+        assert_eq!(names_in(&files), [".meta", ".tmp"]);
+    }
+
+    #[test]
+    fn mismatched_pair_is_never_served_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        put(&store, "v", b"old version");
+        // A writer killed between its two renames: new sidecar, old file.
+        let sc = Sidecar {
+            nom_original: "v".into(),
+            depot_timestamp: now_secs(),
+            taille_octets: 3,
+        };
+        std::fs::write(
+            d.path().join("files/.meta/v.json"),
+            serde_json::to_vec(&sc).unwrap(),
+        )
+        .unwrap();
+        assert!(store.lookup(&Name::parse(b"v").unwrap()).unwrap().is_none());
+        assert!(!d.path().join("files/v").exists());
+    }
+
+    #[test]
+    fn dropped_upload_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        let mut up = store.begin_upload().unwrap();
+        up.write(b"partial").unwrap();
+        assert_eq!(
+            names_in(&d.path().join("files/.tmp"))
+                .iter()
+                .filter(|n| n.ends_with(".part"))
+                .count(),
+            1
+        );
+        drop(up);
+        let tmp = names_in(&d.path().join("files/.tmp"));
+        assert!(tmp.iter().all(|n| !n.ends_with(".part")), "{tmp:?}");
+    }
+
+    #[test]
+    fn live_writer_kept_dead_writer_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        let mut up = store.begin_upload().unwrap();
+        up.write(b"in progress").unwrap();
+        // A dead writer's leftover: a .part nobody holds a lock on.
+        std::fs::write(d.path().join("files/.tmp/123-dead.part"), b"x").unwrap();
+        let r = store.sweep_full().unwrap();
+        assert_eq!(r.removed_temporaries, ["123-dead.part"]);
+        up.write(b" still fine").unwrap();
+        let p = up.publish(&store, &Name::parse(b"ok").unwrap()).unwrap();
+        assert_eq!(p.sidecar.taille_octets, 22);
+    }
+
+    #[test]
+    fn limits() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(
+            d.path(),
+            "taille_max_fichier_octets = 10\ntaille_max_totale_octets = 15",
+        );
+        let mut up = store.begin_upload().unwrap();
+        assert!(up.write(&[0; 10]).is_ok());
+        assert!(matches!(up.write(&[0; 1]), Err(StoreError::TooLarge)));
+        drop(up);
+        put(&store, "a", &[0; 8]);
+        // Replacing "a" does not count its old version.
+        put(&store, "a", &[0; 9]);
+        let mut up = store.begin_upload().unwrap();
+        up.write(&[0; 7]).unwrap();
+        let e = up.publish(&store, &Name::parse(b"b").unwrap()).unwrap_err();
+        assert!(matches!(e, StoreError::Full(_)));
+        assert!(!d.path().join("files/b").exists());
+        assert!(!d.path().join("files/.meta/b.json").exists());
+        let tmp = names_in(&d.path().join("files/.tmp"));
+        assert!(tmp.iter().all(|n| !n.ends_with(".part")), "{tmp:?}");
+    }
+
+    #[test]
+    fn sweep_interval_is_shared() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "balayage_intervalle_min_ms = 60000");
+        assert!(store.sweep().unwrap().full);
+        assert!(!store.sweep().unwrap().full);
+        let (_, every) = test_store(d.path(), "balayage_intervalle_min_ms = 0");
+        assert!(every.sweep().unwrap().full);
+        assert!(every.sweep().unwrap().full);
     }
 }

@@ -1,8 +1,356 @@
-//! `POST /upload.php` (contract §2.1).
-use crate::http::{Request, Response};
-use crate::router::App;
+//! `POST /upload.php` (contract §2.1): sweep → token → exactly one file part `fichier`, streamed
+//! to a temporary file with the size limit checked as bytes arrive → name → atomic publication →
+//! JSON reply → log line.
 
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::http::{Body, Request, Response};
+use crate::names::{self, Name};
+use crate::router::App;
+use crate::store::{Published, StoreError};
+
+/// How many bytes multer may take from the body without handing anything back (part headers,
+/// preamble): beyond this the body is refused instead of being buffered.
+const MAX_UNPRODUCTIVE_BYTES: usize = 1024 * 1024;
+
+/// Handles one upload; every outcome is logged.
 pub async fn handle(app: &App, req: &mut Request) -> Response {
-    let _ = (app, req);
-    todo!()
+    if let Err(e) = app.store.sweep() {
+        app.log.line(&format!("balayage impossible : {e}"));
+    }
+    match upload(app, req).await {
+        Ok((name, published)) => {
+            app.log.line(&format!(
+                "POST /upload.php — dépôt \"{}\" ({} octets) — OK",
+                name, published.sidecar.taille_octets
+            ));
+            success(app, &name, &published)
+        }
+        Err(e) => {
+            let detail = match &e {
+                ApiError::StockagePlein(d) | ApiError::ErreurInterne(d) => format!(" ({d})"),
+                ApiError::RequeteInvalide(d) => format!(" ({d})"),
+                _ => String::new(),
+            };
+            app.log.line(&format!(
+                "POST /upload.php — {}{detail} — REFUSÉ",
+                refusal_words(&e)
+            ));
+            e.to_response()
+        }
+    }
+}
+
+/// The log's words for a refusal.
+fn refusal_words(e: &ApiError) -> String {
+    match e {
+        ApiError::TokenInvalide => "token invalide".into(),
+        ApiError::FichierAbsent => "fichier absent".into(),
+        ApiError::RequeteInvalide(_) => "requête invalide".into(),
+        ApiError::NomInvalide(why) => format!("nom invalide : {why}"),
+        ApiError::FichierTropVolumineux(_) => "fichier trop volumineux".into(),
+        ApiError::MethodeNonAutorisee(_) => "méthode non autorisée".into(),
+        ApiError::StockagePlein(_) => "stockage plein".into(),
+        other => other.code().replace('_', " "),
+    }
+}
+
+/// `Authorization: Bearer <token_acces>`, scheme case-insensitive, compared in constant time.
+pub fn bearer_matches(header: Option<&str>, token: &str) -> bool {
+    let Some(h) = header else { return false };
+    let h = h.trim();
+    let Some((scheme, rest)) = h.split_once(' ') else {
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return false;
+    }
+    rest.trim().as_bytes().ct_eq(token.as_bytes()).into()
+}
+
+async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiError> {
+    if req.method() != "POST" {
+        return Err(ApiError::MethodeNonAutorisee("POST"));
+    }
+    if !bearer_matches(req.header("Authorization"), &app.cfg.token_acces) {
+        return Err(ApiError::TokenInvalide);
+    }
+    let content_type = req.header("Content-Type").unwrap_or("");
+    let boundary = multer::parse_boundary(content_type).map_err(|_| {
+        ApiError::RequeteInvalide("le corps doit être en multipart/form-data".into())
+    })?;
+    let progress = Arc::new(AtomicUsize::new(0));
+    let body = std::mem::replace(&mut req.body, Body::empty());
+    let stream = GuardedBody {
+        body,
+        unproductive: progress.clone(),
+    };
+    let mut multipart = multer::Multipart::new(stream, boundary);
+
+    let mut found: Option<(Name, crate::store::Upload)> = None;
+    let mut name_error = None;
+    loop {
+        let field = multipart.next_field().await.map_err(multipart_error)?;
+        progress.store(0, Ordering::Relaxed);
+        let Some(mut field) = field else { break };
+        let disposition = field
+            .headers()
+            .get("content-disposition")
+            .map(|v| v.as_bytes().to_vec())
+            .unwrap_or_default();
+        let params = parse_disposition(&disposition);
+        let is_fichier = params.name.as_deref() == Some(&b"fichier"[..]);
+        let file_name = params.filename;
+        if !is_fichier || file_name.is_none() {
+            // Other fields, and a text field named `fichier`, are read and ignored.
+            while field.chunk().await.map_err(multipart_error)?.is_some() {
+                progress.store(0, Ordering::Relaxed);
+            }
+            continue;
+        }
+        if found.is_some() || name_error.is_some() {
+            return Err(ApiError::RequeteInvalide(
+                "plusieurs fichiers dans le champ « fichier »".into(),
+            ));
+        }
+        let raw_name = file_name.unwrap_or_default();
+        let name = match Name::parse(&raw_name) {
+            Ok(n) => n,
+            Err(e) => {
+                // Keep reading: two `fichier` parts is the more fundamental error.
+                name_error = Some(e);
+                while field.chunk().await.map_err(multipart_error)?.is_some() {
+                    progress.store(0, Ordering::Relaxed);
+                }
+                continue;
+            }
+        };
+        let mut up = app.store.begin_upload().map_err(store_error)?;
+        while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+            progress.store(0, Ordering::Relaxed);
+            up.write(&chunk).map_err(|e| match e {
+                StoreError::TooLarge => {
+                    ApiError::FichierTropVolumineux(app.cfg.taille_max_fichier_octets)
+                }
+                other => store_error(other),
+            })?;
+        }
+        found = Some((name, up));
+    }
+    if let Some(e) = name_error {
+        return Err(ApiError::NomInvalide(e));
+    }
+    let Some((name, up)) = found else {
+        return Err(ApiError::FichierAbsent);
+    };
+    // fsync and renames. Run inline: under mod_fcgid a process serves one request at a time, and
+    // the fsync is what makes the published file durable before the 200.
+    let published = up.publish(&app.store, &name).map_err(store_error)?;
+    Ok((name, published))
+}
+
+/// The file name and field name of a part, from its raw `Content-Disposition`.
+#[derive(Debug, Default, PartialEq)]
+pub struct Disposition {
+    pub name: Option<Vec<u8>>,
+    pub filename: Option<Vec<u8>>,
+}
+
+/// Parses `form-data; name="…"; filename="…"` (quoted strings with `\"` and `\\` escapes, as
+/// curl writes them) and RFC 8187 `filename*=UTF-8''…`, which wins over `filename`. Bytes are kept
+/// raw: the name choke point decides what is acceptable.
+pub fn parse_disposition(raw: &[u8]) -> Disposition {
+    let mut out = Disposition::default();
+    let mut ext_filename = None;
+    let mut i = 0;
+    // Skip the disposition type.
+    while i < raw.len() && raw[i] != b';' {
+        i += 1;
+    }
+    while i < raw.len() {
+        // At a ';'.
+        i += 1;
+        while i < raw.len() && (raw[i] == b' ' || raw[i] == b'\t') {
+            i += 1;
+        }
+        let key_start = i;
+        while i < raw.len() && raw[i] != b'=' && raw[i] != b';' {
+            i += 1;
+        }
+        let key = raw[key_start..i].trim_ascii().to_ascii_lowercase();
+        if i >= raw.len() || raw[i] == b';' {
+            continue;
+        }
+        i += 1; // '='
+        while i < raw.len() && (raw[i] == b' ' || raw[i] == b'\t') {
+            i += 1;
+        }
+        let mut value = Vec::new();
+        if i < raw.len() && raw[i] == b'"' {
+            i += 1;
+            while i < raw.len() && raw[i] != b'"' {
+                if raw[i] == b'\\'
+                    && i + 1 < raw.len()
+                    && (raw[i + 1] == b'"' || raw[i + 1] == b'\\')
+                {
+                    i += 1;
+                }
+                value.push(raw[i]);
+                i += 1;
+            }
+            // Past the closing quote, up to the next ';'.
+            while i < raw.len() && raw[i] != b';' {
+                i += 1;
+            }
+        } else {
+            let start = i;
+            while i < raw.len() && raw[i] != b';' {
+                i += 1;
+            }
+            value.extend_from_slice(raw[start..i].trim_ascii());
+        }
+        match key.as_slice() {
+            b"name" => out.name = Some(value),
+            b"filename" => out.filename = Some(value),
+            b"filename*" => ext_filename = decode_ext_value(&value),
+            _ => {}
+        }
+    }
+    if ext_filename.is_some() {
+        out.filename = ext_filename;
+    }
+    out
+}
+
+/// RFC 8187 `UTF-8'lang'percent-encoded` → bytes (other charsets are ignored).
+fn decode_ext_value(v: &[u8]) -> Option<Vec<u8>> {
+    let mut parts = v.splitn(3, |&b| b == b'\'');
+    let charset = parts.next()?;
+    let _lang = parts.next()?;
+    let value = parts.next()?;
+    if !charset.eq_ignore_ascii_case(b"utf-8") {
+        return None;
+    }
+    Some(percent_encoding::percent_decode(value).collect())
+}
+
+fn multipart_error(e: multer::Error) -> ApiError {
+    match e {
+        multer::Error::StreamReadFailed(inner) => {
+            ApiError::RequeteInvalide(format!("lecture du corps interrompue ({inner})"))
+        }
+        multer::Error::IncompleteStream
+        | multer::Error::IncompleteFieldData { .. }
+        | multer::Error::IncompleteHeaders => {
+            ApiError::RequeteInvalide("corps multipart tronqué ou mal formé".into())
+        }
+        _ => ApiError::RequeteInvalide("corps multipart mal formé".into()),
+    }
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Full(why) => ApiError::StockagePlein(why),
+        StoreError::TooLarge => ApiError::FichierTropVolumineux(0),
+        StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
+    }
+}
+
+/// The success reply: the five fields of the contract, then `sha256`, `expire_a` and
+/// `expire_si_inactif_dans_secondes`.
+fn success(app: &App, name: &Name, p: &Published) -> Response {
+    let max_age = app.cfg.duree_max_depot_secondes;
+    let expire_a = jiff::Timestamp::from_second(p.sidecar.depot_timestamp + max_age as i64)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    let body = json!({
+        "succes": true,
+        "nom": name.as_str(),
+        "taille_octets": p.sidecar.taille_octets,
+        "url_telechargement": names::download_url(&app.cfg.url_base, name, &app.cfg.token_acces),
+        "expire_au_plus_tard_dans_secondes": max_age,
+        "sha256": p.sha256_hex,
+        "expire_a": expire_a,
+        "expire_si_inactif_dans_secondes": app.cfg.duree_inactivite_secondes,
+    });
+    Response::json(200, &body)
+        .header("Cache-Control", "no-store")
+        .header("X-Content-Type-Options", "nosniff")
+}
+
+/// The request body as multer wants it, refusing to feed more than [`MAX_UNPRODUCTIVE_BYTES`]
+/// while multer produces nothing (a part header that never ends would otherwise be buffered
+/// whole).
+struct GuardedBody {
+    body: Body,
+    unproductive: Arc<AtomicUsize>,
+}
+
+impl Stream for GuardedBody {
+    type Item = io::Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.unproductive.load(Ordering::Relaxed) > MAX_UNPRODUCTIVE_BYTES {
+            return Poll::Ready(Some(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "en-têtes de partie trop longs",
+            ))));
+        }
+        let r = Pin::new(&mut self.body).poll_next(cx);
+        if let Poll::Ready(Some(Ok(b))) = &r {
+            self.unproductive.fetch_add(b.len(), Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer() {
+        let t = "0123456789abcdef0123456789abcdef";
+        assert!(bearer_matches(Some(&format!("Bearer {t}")), t));
+        assert!(bearer_matches(Some(&format!("bEaReR  {t} ")), t));
+        assert!(!bearer_matches(Some(&format!("Basic {t}")), t));
+        assert!(!bearer_matches(Some("Bearer"), t));
+        assert!(!bearer_matches(Some(&format!("Bearer {t}x")), t));
+        assert!(!bearer_matches(None, t));
+    }
+
+    #[test]
+    fn disposition() {
+        let d = parse_disposition(br#"form-data; name="fichier"; filename="a b.txt""#);
+        assert_eq!(d.name.as_deref(), Some(&b"fichier"[..]));
+        assert_eq!(d.filename.as_deref(), Some(&b"a b.txt"[..]));
+        let d = parse_disposition(br#"form-data; name="fichier"; filename="dit \"x\" \\ y""#);
+        assert_eq!(d.filename.as_deref(), Some(&br#"dit "x" \ y"#[..]));
+        let d = parse_disposition(br#"form-data; name="fichier""#);
+        assert_eq!(d.filename, None);
+        let d = parse_disposition(br#"form-data; name="fichier"; filename="""#);
+        assert_eq!(d.filename.as_deref(), Some(&b""[..]));
+        let d = parse_disposition(
+            b"form-data; name=fichier; filename=\"x.txt\"; filename*=UTF-8''%C3%A9t%C3%A9.txt",
+        );
+        assert_eq!(d.name.as_deref(), Some(&b"fichier"[..]));
+        assert_eq!(d.filename.as_deref(), Some("été.txt".as_bytes()));
+        // `name` inside `filename` does not confuse the parser.
+        let d = parse_disposition(br#"form-data; filename="name=x"; name="autre""#);
+        assert_eq!(d.name.as_deref(), Some(&b"autre"[..]));
+        assert_eq!(d.filename.as_deref(), Some(&b"name=x"[..]));
+        // Raw non-UTF-8 bytes are kept for the choke point to reject.
+        let d = parse_disposition(b"form-data; name=\"fichier\"; filename=\"\xff.bin\"");
+        assert_eq!(d.filename.as_deref(), Some(&b"\xff.bin"[..]));
+    }
 }

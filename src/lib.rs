@@ -3,6 +3,7 @@
 //! See `ARCHITECTURE.md` for the map of a request's path from the socket to the disk.
 
 pub mod config;
+pub mod consignes;
 pub mod download;
 pub mod error;
 pub mod fastcgi;

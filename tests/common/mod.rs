@@ -1,6 +1,431 @@
 //! Helpers shared by the integration tests: `fcgi` is a synchronous FastCGI client, `server`
-//! starts the project's FastCGI server on a Unix socket in a temporary directory.
+//! starts the project's FastCGI server on a Unix socket in a temporary directory; `apache` and
+//! `nginx` are the end-to-end fixtures. Also here, the shared pieces of the end-to-end tests: the state folder (config, binary copy, files/, log/),
+//! template filling shared with `apache/demo`, free ports, child processes that stop by
+//! themselves, and a small `curl` wrapper.
+//!
+//! Every server started here binds 127.0.0.1 only, is a child of the test process (or of a child
+//! we own), and is stopped on `Drop` (plus `PR_SET_PDEATHSIG` where the credentials allow it).
 #![allow(dead_code)]
 
+pub mod apache;
 pub mod fcgi;
+pub mod nginx;
 pub mod server;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Root of the repository (where `apache/` and `Cargo.toml` live).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The binary under test, as built by Cargo for this test run.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_depot-fichiers"))
+}
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The account servers' children run as: `www-data` when the tests run as root (Apache refuses to
+/// run its children as root), else the current user.
+pub fn run_user() -> (String, String) {
+    if is_root() {
+        ("www-data".into(), "www-data".into())
+    } else {
+        let out = |a: &str| {
+            let o = Command::new("id").arg(a).output().expect("id");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        (out("-un"), out("-gn"))
+    }
+}
+
+/// Lines between `# >>> bloc commun` and `# <<< bloc commun` (markers included), exactly as
+/// `apache/demo` extracts them with sed.
+pub fn common_block(file: &Path) -> String {
+    let text = fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line.contains("# >>> bloc commun") {
+            inside = true;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if line.contains("# <<< bloc commun") {
+            inside = false;
+        }
+    }
+    assert!(!out.is_empty(), "no common block in {}", file.display());
+    out
+}
+
+/// Replaces every `@KEY@` of `template` by its value (literally).
+pub fn fill(template: &str, values: &BTreeMap<&str, String>) -> String {
+    let mut s = template.to_string();
+    for (k, v) in values {
+        s = s.replace(&format!("@{k}@"), v);
+    }
+    s
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A random token of 64 hex digits.
+pub fn random_token() -> String {
+    let mut b = [0u8; 32];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The state folder of one server under test: `www/` (empty document root), `files/`, `log/`,
+/// `run/`, `bin/depot-fichiers` (a copy the run user can execute) and `config.toml` (0600),
+/// filled from `apache/local.config.toml.template` like `apache/demo` does.
+pub struct State {
+    /// Keeps the temporary folder alive; removed on drop.
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub token: String,
+    pub url: String,
+    pub port: u16,
+    pub user: String,
+    pub group: String,
+}
+
+impl State {
+    /// `extra` are TOML `key = value` pairs (value already TOML-encoded) that replace the
+    /// template's line for that key or are appended.
+    pub fn new(port: u16, extra: &[(&str, &str)]) -> State {
+        let dir = tempfile::Builder::new()
+            .prefix("depot-fichiers-e2e.")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().to_path_buf();
+        for d in ["www", "files", "log", "run/fcgid", "bin"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let (user, group) = run_user();
+        let token = random_token();
+        let url = format!("http://127.0.0.1:{port}");
+        let state = State { _dir: dir, root, token, url, port, user, group };
+
+        fs::copy(binary(), state.bin()).unwrap();
+        fs::set_permissions(state.bin(), fs::Permissions::from_mode(0o755)).unwrap();
+
+        let template =
+            fs::read_to_string(repo().join("apache/local.config.toml.template")).unwrap();
+        let mut config = fill(&template, &state.values());
+        for (key, value) in extra {
+            let prefix = format!("{key} = ");
+            let line = format!("{key} = {value}");
+            if config.lines().any(|l| l.starts_with(&prefix)) {
+                config = config
+                    .lines()
+                    .map(|l| if l.starts_with(&prefix) { line.clone() } else { l.to_string() })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+                    + "\n";
+            } else {
+                config.push_str(&line);
+                config.push('\n');
+            }
+        }
+        state.write_private(&state.config(), &config);
+        fs::set_permissions(state.root.join("files"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::set_permissions(state.root.join("log"), fs::Permissions::from_mode(0o700)).unwrap();
+        state
+    }
+
+    /// Values of the `@…@` markers shared by the templates.
+    pub fn values(&self) -> BTreeMap<&'static str, String> {
+        let mut v = BTreeMap::new();
+        v.insert("ETAT", self.root.display().to_string());
+        v.insert("PORT", self.port.to_string());
+        v.insert("MODULES", "/usr/lib/apache2/modules".to_string());
+        v.insert("UTILISATEUR", self.user.clone());
+        v.insert("GROUPE", self.group.clone());
+        v.insert("BIN", self.bin().display().to_string());
+        v.insert("CONFIG", self.config().display().to_string());
+        v.insert("TOKEN", self.token.clone());
+        v.insert("URL_BASE", self.url.clone());
+        v
+    }
+
+    pub fn bin(&self) -> PathBuf {
+        self.root.join("bin/depot-fichiers")
+    }
+    pub fn config(&self) -> PathBuf {
+        self.root.join("config.toml")
+    }
+    pub fn files(&self) -> PathBuf {
+        self.root.join("files")
+    }
+    pub fn meta(&self) -> PathBuf {
+        self.root.join("files/.meta")
+    }
+    pub fn log_dir(&self) -> PathBuf {
+        self.root.join("log")
+    }
+    /// The binary's own log.
+    pub fn log_file(&self) -> PathBuf {
+        self.root.join("log/depot-fichiers.log")
+    }
+    pub fn sidecar(&self, name: &str) -> PathBuf {
+        self.meta().join(format!("{name}.json"))
+    }
+
+    pub fn write(&self, path: &Path, text: &str) {
+        fs::write(path, text).unwrap();
+    }
+
+    fn write_private(&self, path: &Path, text: &str) {
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
+    /// When running as root, hands the whole folder to the run user (the binary copy stays
+    /// root-owned and read-only for it, as `install` would leave it in /usr/bin).
+    pub fn hand_over(&self) {
+        if !is_root() {
+            return;
+        }
+        let st = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", self.user, self.group))
+            .arg(&self.root)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let st = Command::new("chown").arg("root:root").arg(self.bin()).status().unwrap();
+        assert!(st.success());
+        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Everything the servers wrote to their logs, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        if let Ok(rd) = fs::read_dir(self.log_dir()) {
+            let mut paths: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+            paths.sort();
+            for p in paths {
+                let text = fs::read_to_string(&p).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                s.push_str(&format!("--- {} (fin)\n", p.display()));
+                for l in tail.into_iter().rev() {
+                    s.push_str(l);
+                    s.push('\n');
+                }
+            }
+        }
+        s
+    }
+}
+
+/// A child process killed (SIGTERM, then SIGKILL) when dropped.
+pub struct Guard {
+    pub child: Child,
+    pub name: &'static str,
+}
+
+impl Guard {
+    /// Spawns `cmd` with its stdout/stderr appended to `log`, and asks the kernel to send it
+    /// SIGTERM if the test process dies (effective as long as it does not change credentials).
+    pub fn spawn(name: &'static str, mut cmd: Command, log: &Path) -> Guard {
+        let out = fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        cmd.stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::TERM,
+                ))
+                .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Guard { child, name }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn stop(&mut self) {
+        if !self.is_running() {
+            return;
+        }
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(12);
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits until something accepts TCP connections on 127.0.0.1:`port`, or `guard` exits.
+pub fn wait_port(port: u16, guard: &mut Guard, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if !guard.is_running() {
+            return Err(format!("{} exited before listening on {port}", guard.name));
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{} not listening on {port} after {timeout:?}", guard.name))
+}
+
+/// `cmd` run as the run user when we are root (`setpriv`, which keeps the PID and sets
+/// PDEATHSIG after switching), unchanged otherwise.
+pub fn as_run_user(state: &State, program: &str) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={}", state.user))
+            .arg(format!("--regid={}", state.group))
+            .arg("--init-groups")
+            .arg("--pdeathsig=TERM")
+            .arg("--")
+            .arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// One HTTP exchange made with curl.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    /// Header names lowercased, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+    }
+    pub fn header_count(&self, name: &str) -> usize {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().filter(|(k, _)| *k == name).count()
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): status {} body {:?}", self.status, self.text()))
+    }
+}
+
+/// Runs `curl` with `args` (the URL among them) and returns the final response.
+pub fn curl(args: &[&str]) -> Reply {
+    let tmp = tempfile::tempdir().unwrap();
+    let hdr = tmp.path().join("h");
+    let body = tmp.path().join("b");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "600", "-H", "Expect:", "-D"])
+        .arg(&hdr)
+        .arg("-o")
+        .arg(&body)
+        .args(args)
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "curl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let raw = fs::read_to_string(&hdr).unwrap_or_default();
+    // Keep the last header block (after any 1xx).
+    let block = raw
+        .split("\r\n\r\n")
+        .filter(|b| b.starts_with("HTTP/"))
+        .last()
+        .unwrap_or("");
+    let mut lines = block.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Reply { status, headers, body: fs::read(&body).unwrap_or_default() }
+}
+
+/// `POST /upload.php` of `path` with the state's token.
+pub fn upload(state: &State, path: &Path) -> Reply {
+    let auth = format!("Authorization: Bearer {}", state.token);
+    // Quoted, so that `,` `;` and spaces in the local path are taken literally by curl.
+    let form = format!("fichier=@\"{}\"", path.display());
+    curl(&["-H", &auth, "-F", &form, &format!("{}/upload.php", state.url)])
+}
+
+/// Writes `content` to a fresh temporary folder as `name` and returns (folder guard, path).
+pub fn local_file(name: &str, content: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join(name);
+    fs::write(&p, content).unwrap();
+    (d, p)
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}

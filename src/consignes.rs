@@ -1,0 +1,187 @@
+//! The paragraph to paste into the agent's standing instructions (specification §15), filled from
+//! the configuration: the real upload URL, the connector name, and the token or its placeholder.
+//!
+//! Used by `depot-fichiers --config P consignes [--avec-token] [--connecteur NOM]`.
+
+use crate::config::Config;
+
+/// Connector name used when none is given on the command line.
+pub const CONNECTEUR_PAR_DEFAUT: &str = "depot-fichiers";
+
+/// Placeholder written instead of the token unless `with_token` is set.
+pub const TOKEN_PLACEHOLDER: &str = "<TOKEN_ACCES>";
+
+/// Renders the French paragraph of specification §15 for this deployment.
+///
+/// `with_token` writes the real `token_acces` (the output is then a secret); otherwise the
+/// placeholder [`TOKEN_PLACEHOLDER`] is left for the user to fill in. An empty `connector` means
+/// [`CONNECTEUR_PAR_DEFAUT`].
+pub fn render(cfg: &Config, with_token: bool, connector: &str) -> String {
+    let connector = match connector.trim() {
+        "" => CONNECTEUR_PAR_DEFAUT,
+        c => c,
+    };
+    let token = if with_token {
+        cfg.token_acces.as_str()
+    } else {
+        TOKEN_PLACEHOLDER
+    };
+    let base = cfg.url_base.trim_end_matches('/');
+    let upload_url = format!("{base}/upload.php");
+    let example_link = format!("{base}/download.php?fichier=fichier.ext&token=xxxxx");
+    let max_age = duration_fr(cfg.duree_max_depot_secondes);
+    let idle = duration_fr(cfg.duree_inactivite_secondes);
+    let max_size = size_fr(cfg.taille_max_fichier_octets);
+    let expire = cfg.duree_max_depot_secondes;
+
+    format!(
+        r#"**Dépôt de fichiers temporaire (pont sandbox ↔ extérieur)**
+
+Un fichier présent dans ta sandbox (calcul, conversion, génération de document...) n'est pas directement accessible en dehors de celle-ci : aucun connecteur MCP externe n'a d'accès disque partagé avec ta sandbox. Le faire transiter par la conversation en base64 est possible mais lent et coûteux en tokens au-delà de quelques dizaines de Ko — n'y recours pas si tu peux faire autrement.
+
+Dès que tu as besoin de faire sortir un fichier de ta sandbox vers l'extérieur, et que ce fichier n'est pas trivialement petit (quelques lignes de texte), procède ainsi.
+
+**1. Dans la sandbox, avec `curl`, fais sortir le fichier vers l'extérieur en le déposant sur un site web intermédiaire (le « dépôt »)** :
+```bash
+curl -X POST {upload_url} \
+  -H "Authorization: Bearer {token}" \
+  -F "fichier=@/chemin/vers/le/fichier.ext"
+```
+Cette commande s'exécute entièrement dans la sandbox : elle ne fait pas transiter le fichier par la conversation. Sa sortie (un petit JSON) revient dans ton contexte comme la sortie de n'importe quelle commande shell, par exemple :
+```json
+{{"succes":true,"nom":"fichier.ext","taille_octets":18655,"url_telechargement":"{example_link}","expire_au_plus_tard_dans_secondes":{expire}}}
+```
+Retiens le champ `"nom"` (le nom exact du fichier, à réutiliser tel quel, jamais redéduit du chemin local) et le champ `"url_telechargement"`. Taille maximale d'un fichier : {max_size}.
+
+**2. Ensuite, selon ce dont TU as besoin à ce moment-là :**
+
+- **Tu as seulement besoin d'une URL qui pointe vers ce fichier** (par exemple pour la donner en paramètre à un outil ou un connecteur qui ira chercher le fichier lui-même à cette adresse) : utilise directement la valeur `"url_telechargement"` obtenue à l'étape 1, telle quelle, comme un simple paramètre texte. **Pas besoin d'appeler le serveur MCP `{connector}` dans ce cas** : l'URL est déjà connue. Si tu ne l'as plus sous la main (contexte compacté, trop de temps écoulé) mais que tu connais encore le nom du fichier, appelle alors le tool `recuperer_fichier` du serveur MCP `{connector}` avec `mode="lien"` pour l'obtenir à nouveau.
+
+- **Un autre outil que tu dois appeler exige le contenu du fichier lui-même, encodé en base64, comme argument texte** (parce qu'il n'accepte pas d'URL) : appelle le tool `recuperer_fichier` du serveur MCP `{connector}` avec `mode="base64"` :
+```json
+{{"name": "recuperer_fichier", "arguments": {{"nom_fichier": "fichier.ext", "mode": "base64"}}}}
+```
+Il te renvoie le contenu encodé en base64 (champ `contenu_base64`) : transmets ce champ tel quel, en argument, à l'outil qui l'exige.
+
+**N'utilise `mode="base64"` que pour ce cas précis** (fournir le contenu en argument texte à un outil qui l'exige). Si tu as besoin du fichier brut ailleurs — dans la sandbox, ou pour qu'un système tiers le récupère —, n'utilise jamais `mode="base64"` pour ça : reviens au cas précédent (l'URL de téléchargement, éventuellement récupérée via `mode="lien"`), qui donne accès au fichier original sans jamais le faire transiter par ta conversation. Faire un aller-retour par `mode="base64"` puis « décoder » ensuite n'aurait aucun sens : le contenu aurait de toute façon déjà traversé ta conversation en entier, ce qui est précisément ce que ce mécanisme sert à éviter.
+
+Dans tous les cas :
+1. Ne lis jamais le contenu binaire d'un fichier directement dans la conversation par un autre moyen (ex: `cat` suivi d'un encodage manuel) — c'est précisément ce que ce mécanisme permet d'éviter.
+2. Un fichier déposé est effacé automatiquement ({idle} sans téléchargement, ou {max_age} maximum après le dépôt) — n'y dépose jamais de contenu confidentiel ou sensible (le token de dépôt est un simple secret partagé, pas un contrôle d'accès fin).
+3. Ce mécanisme sert uniquement dans le sens sandbox → extérieur. Pour ramener un fichier de la sandbox vers le dossier local de l'utilisateur, ce n'est **pas nécessaire** : sandbox et dossier local communiquent déjà directement.
+"#
+    )
+}
+
+/// A duration in French words: "10 minutes", "1h", "1h30", "45 secondes".
+fn duration_fr(secs: u64) -> String {
+    if secs >= 3600 && secs % 60 == 0 {
+        let (h, m) = (secs / 3600, (secs % 3600) / 60);
+        if m == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{m:02}")
+        }
+    } else if secs >= 60 && secs % 60 == 0 {
+        let m = secs / 60;
+        format!("{m} minute{}", if m > 1 { "s" } else { "" })
+    } else {
+        format!("{secs} seconde{}", if secs > 1 { "s" } else { "" })
+    }
+}
+
+/// A byte count in French binary units: "200 Mio", "1,5 Gio", "512 octets".
+fn size_fr(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("Gio", 1 << 30), ("Mio", 1 << 20), ("Kio", 1 << 10)];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            if bytes % size == 0 {
+                return format!("{} {unit}", bytes / size);
+            }
+            let tenths = (bytes * 10 + size / 2) / size;
+            return format!("{},{} {unit}", tenths / 10, tenths % 10);
+        }
+    }
+    format!("{bytes} octets")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        crate::config::parse(crate::config::tests::MINIMAL).unwrap()
+    }
+
+    #[test]
+    fn fills_the_upload_url_from_url_base() {
+        let out = render(&cfg(), false, "");
+        assert!(out.contains("curl -X POST https://depot.example.org/upload.php \\"), "{out}");
+        assert!(out.contains(
+            "\"url_telechargement\":\"https://depot.example.org/download.php?fichier=fichier.ext&token=xxxxx\""
+        ));
+        assert!(!out.contains("desvigne"), "no leftover from the specification's example");
+    }
+
+    #[test]
+    fn token_is_a_placeholder_unless_asked() {
+        let c = cfg();
+        let without = render(&c, false, "");
+        assert!(without.contains("-H \"Authorization: Bearer <TOKEN_ACCES>\""));
+        assert!(!without.contains(&c.token_acces));
+        let with = render(&c, true, "");
+        assert!(with.contains(&format!("-H \"Authorization: Bearer {}\"", c.token_acces)));
+        assert!(!with.contains(TOKEN_PLACEHOLDER));
+    }
+
+    #[test]
+    fn connector_name_defaults_and_is_used_everywhere() {
+        let out = render(&cfg(), false, "");
+        assert_eq!(out.matches("serveur MCP `depot-fichiers`").count(), 3);
+        let out = render(&cfg(), false, "MCP-depot-fichiers");
+        assert_eq!(out.matches("serveur MCP `MCP-depot-fichiers`").count(), 3);
+        assert!(!out.contains("serveur MCP `depot-fichiers`"));
+    }
+
+    #[test]
+    fn delays_and_limits_follow_the_config() {
+        let mut c = cfg();
+        let out = render(&c, false, "");
+        assert!(out.contains("(10 minutes sans téléchargement, ou 1h maximum après le dépôt)"));
+        assert!(out.contains("\"expire_au_plus_tard_dans_secondes\":3600}"));
+        assert!(out.contains("Taille maximale d'un fichier : 200 Mio."));
+        c.duree_inactivite_secondes = 90;
+        c.duree_max_depot_secondes = 5400;
+        c.taille_max_fichier_octets = 1536 * 1024;
+        let out = render(&c, false, "");
+        assert!(out.contains("(90 secondes sans téléchargement, ou 1h30 maximum après le dépôt)"));
+        assert!(out.contains("\"expire_au_plus_tard_dans_secondes\":5400}"));
+        assert!(out.contains("Taille maximale d'un fichier : 1,5 Mio."));
+    }
+
+    #[test]
+    fn json_examples_are_valid_json() {
+        let out = render(&cfg(), true, "x");
+        let blocks: Vec<&str> = out
+            .split("```json\n")
+            .skip(1)
+            .map(|b| b.split("\n```").next().unwrap())
+            .collect();
+        assert_eq!(blocks.len(), 2);
+        for b in blocks {
+            serde_json::from_str::<serde_json::Value>(b).unwrap_or_else(|e| panic!("{b}: {e}"));
+        }
+    }
+
+    #[test]
+    fn french_units() {
+        assert_eq!(duration_fr(600), "10 minutes");
+        assert_eq!(duration_fr(60), "1 minute");
+        assert_eq!(duration_fr(3600), "1h");
+        assert_eq!(duration_fr(7200), "2h");
+        assert_eq!(duration_fr(1), "1 seconde");
+        assert_eq!(size_fr(200 << 20), "200 Mio");
+        assert_eq!(size_fr(512), "512 octets");
+        assert_eq!(size_fr(1 << 30), "1 Gio");
+    }
+}

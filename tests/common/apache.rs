@@ -1,0 +1,134 @@
+//! A private Apache (`apache2 -f <conf> -DFOREGROUND`) built from `apache/local.conf.template`
+//! and the common block of a production vhost — the same files `apache/demo` uses.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use super::{Guard, State, as_run_user, common_block, fill, free_port, repo, wait_port};
+
+/// How Apache reaches the binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// mod_fcgid spawns the binary (`apache/depot-fichiers.conf`), the production setup.
+    Fcgid,
+    /// mod_proxy_fcgi to the binary started with `--listen tcp:127.0.0.1:<port>`
+    /// (`apache/depot-fichiers-proxy-fcgi.conf`).
+    ProxyFcgi,
+    /// Plain CGI under mod_cgid (`systemd-free/depot-fichiers-cgi.conf`).
+    Cgi,
+}
+
+impl Mode {
+    /// The production file whose common block is used.
+    pub fn vhost(self) -> PathBuf {
+        repo().join(match self {
+            Mode::Fcgid => "apache/depot-fichiers.conf",
+            Mode::ProxyFcgi => "apache/depot-fichiers-proxy-fcgi.conf",
+            Mode::Cgi => "systemd-free/depot-fichiers-cgi.conf",
+        })
+    }
+}
+
+/// A running private Apache; stopped (with everything it spawned) on drop.
+pub struct Apache {
+    // Field order = drop order: Apache first, then the --listen binary, then the folder.
+    apache: Guard,
+    backend: Option<Guard>,
+    pub state: State,
+    pub mode: Mode,
+}
+
+impl Apache {
+    /// mod_fcgid, the default configuration.
+    pub fn start() -> Apache {
+        Apache::with(Mode::Fcgid, &[])
+    }
+
+    /// `extra`: TOML `key = value` overrides for config.toml (e.g. `("duree_inactivite_secondes", "2")`).
+    pub fn with(mode: Mode, extra: &[(&str, &str)]) -> Apache {
+        let mut last_error = String::new();
+        // A port picked as free can be taken by a parallel test before Apache binds it: retry.
+        for _ in 0..3 {
+            match Apache::try_start(mode, extra) {
+                Ok(a) => return a,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("private Apache did not start ({mode:?}):\n{last_error}");
+    }
+
+    fn try_start(mode: Mode, extra: &[(&str, &str)]) -> Result<Apache, String> {
+        let port = free_port();
+        let state = State::new(port, extra);
+        let fcgi_port = free_port();
+
+        let mut values: BTreeMap<&str, String> = state.values();
+        values.insert("FCGI_ADRESSE", format!("fcgi://127.0.0.1:{fcgi_port}"));
+        let bloc = state.root.join("bloc.conf");
+        fs::write(&bloc, common_block(&mode.vhost())).unwrap();
+        values.insert("BLOC", format!("Include \"{}\"", bloc.display()));
+        let template = fs::read_to_string(repo().join("apache/local.conf.template")).unwrap();
+        let conf = state.root.join("apache.conf");
+        fs::write(&conf, fill(&template, &values)).unwrap();
+        state.hand_over();
+
+        let t = Command::new(apache2()).arg("-t").arg("-f").arg(&conf).output().unwrap();
+        if !t.status.success() {
+            return Err(format!(
+                "apache2 -t failed:\n{}{}",
+                String::from_utf8_lossy(&t.stdout),
+                String::from_utf8_lossy(&t.stderr)
+            ));
+        }
+
+        let backend = if mode == Mode::ProxyFcgi {
+            let mut c = as_run_user(&state, &state.bin().display().to_string());
+            c.arg("--config")
+                .arg(state.config())
+                .arg("--listen")
+                .arg(format!("tcp:127.0.0.1:{fcgi_port}"));
+            let mut g = Guard::spawn("depot-fichiers --listen", c, &state.log_dir().join("backend.out"));
+            wait_port(fcgi_port, &mut g, Duration::from_secs(10))
+                .map_err(|e| format!("{e}\n{}", state.logs()))?;
+            Some(g)
+        } else {
+            None
+        };
+
+        let mut c = Command::new(apache2());
+        c.arg("-f").arg(&conf).arg("-DFOREGROUND");
+        let mut apache = Guard::spawn("apache2", c, &state.log_dir().join("apache.out"));
+        wait_port(port, &mut apache, Duration::from_secs(15))
+            .map_err(|e| format!("{e}\n{}", state.logs()))?;
+        Ok(Apache { apache, backend, state, mode })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.state.url
+    }
+    pub fn token(&self) -> &str {
+        &self.state.token
+    }
+    pub fn access_log(&self) -> PathBuf {
+        self.state.log_dir().join("apache-access.log")
+    }
+    pub fn error_log(&self) -> PathBuf {
+        self.state.log_dir().join("apache-error.log")
+    }
+
+    /// Stops Apache now (also done on drop).
+    pub fn stop(&mut self) {
+        self.apache.stop();
+        if let Some(b) = self.backend.as_mut() {
+            b.stop();
+        }
+    }
+}
+
+/// The apache2 binary (Debian puts it in /usr/sbin, not always in a user's PATH).
+pub fn apache2() -> &'static str {
+    if std::path::Path::new("/usr/sbin/apache2").exists() { "/usr/sbin/apache2" } else { "apache2" }
+}

@@ -1,0 +1,484 @@
+//! End-to-end tests through a real, private Apache (mod_fcgid, the production setup), plus smoke
+//! tests through mod_proxy_fcgi (`--listen`), nginx + spawn-fcgi, and plain CGI under mod_cgid.
+//!
+//! They need apache2, libapache2-mod-fcgid, nginx, spawn-fcgi, curl and openssl: `tests/run`
+//! installs them. They never skip themselves.
+
+mod common;
+
+use std::fs;
+use std::process::Command;
+use std::time::Duration;
+
+use common::apache::{Apache, Mode, apache2};
+use common::nginx::Nginx;
+use common::{State, bytes, curl, local_file, upload};
+use serde_json::json;
+
+const MIB: u64 = 1024 * 1024;
+
+fn download_url(state: &State, name_in_url: &str) -> String {
+    format!("{}/download.php?fichier={name_in_url}&token={}", state.url, state.token)
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Upload `content` as `name`, check the reply against contract §2.1, download
+/// `url_telechargement` verbatim and check the bytes and headers of §2.2.
+fn round_trip(state: &State, name: &str, content: &[u8]) {
+    let (_d, path) = local_file(name, content);
+    let r = upload(state, &path);
+    assert_eq!(r.status, 200, "upload of {name:?}: {}\n{}", r.text(), state.logs());
+    assert_eq!(r.header("content-type"), Some("application/json"), "{:?}", r.headers);
+    let j = r.json();
+    assert_eq!(j["succes"], json!(true), "{j}");
+    assert_eq!(j["nom"], json!(name), "{j}");
+    assert_eq!(j["taille_octets"], json!(content.len()), "{j}");
+    assert!(j["expire_au_plus_tard_dans_secondes"].as_u64().is_some(), "{j}");
+    let link = j["url_telechargement"].as_str().expect("url_telechargement");
+    let prefix = format!("{}/download.php?fichier=", state.url);
+    assert!(link.starts_with(&prefix), "{link}");
+    assert!(link.ends_with(&format!("&token={}", state.token)), "{link}");
+
+    let d = curl(&[link]);
+    assert_eq!(d.status, 200, "download of {name:?} via {link}: {}", d.text());
+    assert!(d.body == content, "bytes differ for {name:?}");
+    assert_eq!(d.header("content-length"), Some(content.len().to_string().as_str()));
+    assert_eq!(d.header("content-type"), Some("application/octet-stream"));
+    let cd = d.header("content-disposition").expect("Content-Disposition");
+    assert!(cd.starts_with("attachment;"), "{cd}");
+    let star = cd.split("filename*=UTF-8''").nth(1).expect("filename*");
+    let star = star.split(';').next().unwrap().trim();
+    assert_eq!(percent_decode(star), name.as_bytes(), "{cd}");
+}
+
+#[test]
+fn upload_then_download_gives_identical_bytes() {
+    let a = Apache::start();
+    round_trip(&a.state, "devis_dupont.docx", &bytes(150_000, 1));
+    round_trip(&a.state, "vide.txt", b"");
+    assert!(a.state.files().join("devis_dupont.docx").is_file());
+    assert!(a.state.sidecar("devis_dupont.docx").is_file());
+
+    let d = curl(&[&download_url(&a.state, "devis_dupont.docx")]);
+    assert_eq!(d.status, 200);
+    assert_eq!(d.header_count("x-content-type-options"), 1, "{:?}", d.headers);
+    assert_eq!(d.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(d.header("cache-control"), Some("no-store"));
+    assert_eq!(d.header("referrer-policy"), Some("no-referrer"));
+}
+
+#[test]
+fn well_known_at_both_urls_matches_the_contract() {
+    let a = Apache::start();
+    let want = json!({
+        "resource": format!("{}/mcp.php", a.url()),
+        "authorization_servers": ["http://127.0.0.1:9/oauth-demo"],
+        "scopes_supported": [],
+        "bearer_methods_supported": ["header"],
+    });
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp.php",
+    ] {
+        let r = curl(&[&format!("{}{path}", a.url())]);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert!(r.header("content-type").unwrap_or("").starts_with("application/json"));
+        assert_eq!(r.json(), want, "{path}");
+    }
+    let r = curl(&[&format!("{}/.well-known/oauth-protected-resource/autre", a.url())]);
+    assert_eq!(r.status, 404);
+}
+
+#[test]
+fn mcp_without_token_is_401_with_www_authenticate() {
+    let a = Apache::start();
+    let r = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "-H",
+        "Accept: application/json, text/event-stream",
+        "-d",
+        r#"{"jsonrpc":"2.0","method":"tools/list","id":1}"#,
+        &format!("{}/mcp.php", a.url()),
+    ]);
+    assert_eq!(r.status, 401, "{}", r.text());
+    let challenge = r.header("www-authenticate").expect("WWW-Authenticate");
+    assert!(challenge.starts_with("Bearer "), "{challenge}");
+    let meta = format!(
+        "resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp.php\"",
+        a.url()
+    );
+    assert!(challenge.contains(&meta), "{challenge}");
+}
+
+#[test]
+fn inactive_file_and_sidecar_disappear_at_the_next_request() {
+    let a = Apache::with(
+        Mode::Fcgid,
+        &[("duree_inactivite_secondes", "2"), ("balayage_intervalle_min_ms", "0")],
+    );
+    let (_d, p) = local_file("ephemere.txt", b"bientot parti\n");
+    let r = upload(&a.state, &p);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(a.state.files().join("ephemere.txt").is_file());
+    assert!(a.state.sidecar("ephemere.txt").is_file());
+
+    std::thread::sleep(Duration::from_millis(4000));
+    // Any request sweeps: here a download of another name.
+    let r = curl(&[&download_url(&a.state, "autre.txt")]);
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert!(!a.state.files().join("ephemere.txt").exists(), "file still there");
+    assert!(!a.state.sidecar("ephemere.txt").exists(), "sidecar still there");
+    let r = curl(&[&download_url(&a.state, "ephemere.txt")]);
+    assert_eq!(r.status, 404);
+}
+
+#[test]
+fn upload_of_200_mib_passes_and_one_byte_more_is_413_from_the_binary() {
+    let a = Apache::start();
+    let dir = tempfile::tempdir().unwrap();
+    let exact = dir.path().join("exact.bin");
+    let over = dir.path().join("trop.bin");
+    fs::File::create(&exact).unwrap().set_len(200 * MIB).unwrap();
+    fs::File::create(&over).unwrap().set_len(200 * MIB + 1).unwrap();
+
+    let r = upload(&a.state, &exact);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
+    assert_eq!(r.json()["taille_octets"], json!(200 * MIB));
+    assert_eq!(fs::metadata(a.state.files().join("exact.bin")).unwrap().len(), 200 * MIB);
+
+    let r = upload(&a.state, &over);
+    assert_eq!(r.status, 413, "{}\n{}", r.text(), a.state.logs());
+    let j = r.json();
+    assert_eq!(j["succes"], json!(false), "{j}");
+    assert_eq!(j["erreur"], json!("fichier_trop_volumineux"), "{j}");
+    assert!(j["message"].is_string(), "{j}");
+    assert!(!a.state.files().join("trop.bin").exists());
+    let parts: Vec<_> = fs::read_dir(a.state.files().join(".tmp"))
+        .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".part")).collect())
+        .unwrap_or_default();
+    assert!(parts.is_empty(), "leftover temporary files: {parts:?}");
+}
+
+#[test]
+fn authorization_header_reaches_the_binary() {
+    let a = Apache::start();
+    let (_d, p) = local_file("auth.txt", b"x");
+    let form = format!("fichier=@{}", p.display());
+    let url = format!("{}/upload.php", a.url());
+
+    let r = curl(&["-F", &form, &url]);
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.json()["erreur"], json!("token_invalide"));
+    let r = curl(&["-H", "Authorization: Bearer mauvais-token-mauvais-token-000000", "-F", &form, &url]);
+    assert_eq!(r.status, 401, "{}", r.text());
+    // The right token, with the scheme in lower case: only possible if Apache passed the header.
+    let r = curl(&["-H", &format!("Authorization: bearer {}", a.token()), "-F", &form, &url]);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
+}
+
+#[test]
+fn files_and_log_are_not_reachable_by_url() {
+    let a = Apache::start();
+    let secret = b"contenu-secret-qui-ne-doit-pas-fuir";
+    let (_d, p) = local_file("secret.txt", secret);
+    assert_eq!(upload(&a.state, &p).status, 200);
+    // A log line exists by now.
+    assert!(a.state.log_file().is_file(), "{}", a.state.logs());
+    for path in [
+        "/files/secret.txt",
+        "/files/",
+        "/files/.meta/secret.txt.json",
+        "/log/depot-fichiers.log",
+        "/log/",
+        "/../files/secret.txt",
+        "/www/../files/secret.txt",
+        "/config.toml",
+        "/apache.conf",
+        "/bin/depot-fichiers",
+    ] {
+        let r = curl(&["--path-as-is", &format!("{}{path}", a.url())]);
+        assert!(matches!(r.status, 400 | 403 | 404), "{path}: {}", r.status);
+        let body = r.text();
+        assert!(!body.contains("contenu-secret"), "{path} leaked the file");
+        assert!(!body.contains(a.token()), "{path} leaked the token");
+    }
+}
+
+#[test]
+fn only_the_three_script_names_reach_the_binary() {
+    let a = Apache::start();
+    for path in ["/other.php", "/index.php", "/mcp.php.jpg", "/upload.php5", "/UPLOAD.php", "/"] {
+        let r = curl(&[&format!("{}{path}", a.url())]);
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+    }
+    // Wrong method on a real endpoint: the binary's 405 with Allow.
+    let r = curl(&[&format!("{}/upload.php", a.url())]);
+    assert_eq!(r.status, 405, "{}", r.text());
+    assert_eq!(r.header("allow"), Some("POST"));
+}
+
+#[test]
+fn awkward_names_round_trip_through_url_telechargement() {
+    let a = Apache::start();
+    for (i, name) in [
+        "mon fichier.txt",
+        "été déjà vu.pdf",
+        "a+b.txt",
+        "q&a.txt",
+        "n°#1.txt",
+        "100%.txt",
+        "x=1;y.txt",
+        "日本語.bin",
+        ".cache",
+    ]
+    .iter()
+    .enumerate()
+    {
+        round_trip(&a.state, name, &bytes(1000 + i, i as u64));
+    }
+}
+
+#[test]
+fn head_and_range_through_apache() {
+    let a = Apache::start();
+    let content = bytes(1000, 7);
+    let (_d, p) = local_file("plage.bin", &content);
+    assert_eq!(upload(&a.state, &p).status, 200);
+    let url = download_url(&a.state, "plage.bin");
+
+    let r = curl(&["-I", &url]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("1000"));
+    assert!(r.body.is_empty());
+
+    let r = curl(&["-H", "Range: bytes=10-19", &url]);
+    assert_eq!(r.status, 206, "{}", r.text());
+    assert_eq!(r.header("content-range"), Some("bytes 10-19/1000"));
+    assert_eq!(r.header("content-length"), Some("10"));
+    assert_eq!(r.body, &content[10..20]);
+
+    let r = curl(&["-H", "Range: bytes=-5", &url]);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("content-range"), Some("bytes 995-999/1000"));
+    assert_eq!(r.body, &content[995..]);
+
+    let r = curl(&["-H", "Range: bytes=1000-", &url]);
+    assert_eq!(r.status, 416, "{}", r.text());
+
+    let r = curl(&[&url]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, content);
+}
+
+#[test]
+fn the_token_is_not_written_to_the_access_log() {
+    let mut a = Apache::start();
+    let (_d, p) = local_file("journal.txt", b"abc");
+    assert_eq!(upload(&a.state, &p).status, 200);
+    assert_eq!(curl(&[&download_url(&a.state, "journal.txt")]).status, 200);
+    assert_eq!(curl(&[&download_url(&a.state, "absent.txt")]).status, 404);
+    a.stop();
+    let access = fs::read_to_string(a.access_log()).unwrap();
+    assert!(access.contains("/download.php"), "{access}");
+    assert!(!access.contains(a.token()), "token in the access log:\n{access}");
+    assert!(!access.contains("token="), "query string in the access log:\n{access}");
+    for entry in fs::read_dir(a.state.log_dir()).unwrap().flatten() {
+        let text = fs::read_to_string(entry.path()).unwrap_or_default();
+        assert!(!text.contains(a.token()), "token in {}", entry.path().display());
+    }
+}
+
+/// Upload, download, metadata and a refused token: the smoke test run through every other way
+/// of hosting the binary.
+fn smoke(state: &State) {
+    round_trip(state, "fumée é#&+.txt", &bytes(70_000, 42));
+    let r = curl(&[&format!("{}/.well-known/oauth-protected-resource", state.url)]);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
+    assert_eq!(r.json()["resource"], json!(format!("{}/mcp.php", state.url)));
+    let r = curl(&[&format!("{}/.well-known/oauth-protected-resource/mcp.php", state.url)]);
+    assert_eq!(r.status, 200);
+    let (_d, p) = local_file("x.txt", b"x");
+    let r = curl(&[
+        "-H",
+        "Authorization: Bearer mauvais-token-mauvais-token-000000",
+        "-F",
+        &format!("fichier=@{}", p.display()),
+        &format!("{}/upload.php", state.url),
+    ]);
+    assert_eq!(r.status, 401);
+    let r = curl(&[&format!("{}/other.php", state.url)]);
+    assert_eq!(r.status, 404);
+    let r = curl(&[&format!("{}/files/", state.url)]);
+    assert!(matches!(r.status, 403 | 404), "{}", r.status);
+}
+
+#[test]
+fn smoke_through_mod_proxy_fcgi_with_listen() {
+    let a = Apache::with(Mode::ProxyFcgi, &[]);
+    smoke(&a.state);
+}
+
+#[test]
+fn smoke_through_nginx_and_spawn_fcgi() {
+    let n = Nginx::start();
+    smoke(&n.state);
+}
+
+#[test]
+fn smoke_as_plain_cgi_under_mod_cgid() {
+    let a = Apache::with(Mode::Cgi, &[]);
+    smoke(&a.state);
+}
+
+/// The production vhost itself (not only its common block): HTTP → HTTPS redirect, HSTS once,
+/// and the endpoints over TLS, with a throw-away self-signed certificate.
+#[test]
+fn production_vhost_serves_https_with_hsts_and_redirects_http() {
+    let state = &State::new(common::free_port(), &[]);
+    let tls_port = common::free_port();
+    let cert = state.root.join("run/cert.pem");
+    let key = state.root.join("run/key.pem");
+    let st = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=depot.example.org", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+
+    let mut prod = String::new();
+    for line in fs::read_to_string(common::repo().join("apache/depot-fichiers.conf")).unwrap().lines() {
+        let l = if line.starts_with("Define DEPOT_FICHIERS_BIN ") {
+            format!("Define DEPOT_FICHIERS_BIN {}", state.bin().display())
+        } else if line.starts_with("Define DEPOT_FICHIERS_CONFIG ") {
+            format!("Define DEPOT_FICHIERS_CONFIG {}", state.config().display())
+        } else if line.starts_with("Define DEPOT_FICHIERS_WWW ") {
+            format!("Define DEPOT_FICHIERS_WWW {}/www", state.root.display())
+        } else if line.starts_with("Define DEPOT_FICHIERS_DONNEES ") {
+            format!("Define DEPOT_FICHIERS_DONNEES {}", state.root.display())
+        } else {
+            line.replace("<VirtualHost *:80>", &format!("<VirtualHost 127.0.0.1:{}>", state.port))
+                .replace("<VirtualHost *:443>", &format!("<VirtualHost 127.0.0.1:{tls_port}>"))
+                .replace("/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/fullchain.pem", &cert.display().to_string())
+                .replace("/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/privkey.pem", &key.display().to_string())
+        };
+        prod.push_str(&l);
+        prod.push('\n');
+    }
+    let prod_path = state.root.join("production.conf");
+    fs::write(&prod_path, prod).unwrap();
+    let mut values = state.values();
+    values.insert("FCGI_ADRESSE", "fcgi://127.0.0.1:9".into());
+    values.insert("BLOC", String::new());
+    let template = fs::read_to_string(common::repo().join("apache/local.conf.template")).unwrap();
+    let conf = format!(
+        "{}\nLoadModule ssl_module /usr/lib/apache2/modules/mod_ssl.so\nListen 127.0.0.1:{tls_port}\nInclude \"{}\"\n",
+        common::fill(&template, &values),
+        prod_path.display()
+    );
+    let conf_path = state.root.join("apache-production.conf");
+    fs::write(&conf_path, conf).unwrap();
+    state.hand_over();
+
+    let mut c = Command::new(apache2());
+    c.env("APACHE_LOG_DIR", state.log_dir()).arg("-f").arg(&conf_path).arg("-DFOREGROUND");
+    let mut g = common::Guard::spawn("apache2 (production vhost)", c, &state.log_dir().join("apache-prod.out"));
+    common::wait_port(tls_port, &mut g, Duration::from_secs(15)).unwrap_or_else(|e| panic!("{e}\n{}", state.logs()));
+
+    let r = curl(&["-H", "Host: depot.example.org", &format!("http://127.0.0.1:{}/x", state.port)]);
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://depot.example.org/x"));
+
+    let resolve = format!("depot.example.org:{tls_port}:127.0.0.1");
+    let base = format!("https://depot.example.org:{tls_port}");
+    let r = curl(&["-k", "--resolve", &resolve, &format!("{base}/.well-known/oauth-protected-resource")]);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
+    assert_eq!(r.header_count("strict-transport-security"), 1, "{:?}", r.headers);
+    assert_eq!(r.header_count("x-content-type-options"), 1, "{:?}", r.headers);
+    let r = curl(&["-k", "--resolve", &resolve, &format!("{base}/files/")]);
+    assert!(matches!(r.status, 403 | 404));
+    assert_eq!(r.header_count("strict-transport-security"), 1, "HSTS on errors too");
+    let (_d, p) = local_file("tls.txt", b"par TLS");
+    let r = curl(&[
+        "-k",
+        "--resolve",
+        &resolve,
+        "-H",
+        &format!("Authorization: Bearer {}", state.token),
+        "-F",
+        &format!("fichier=@{}", p.display()),
+        &format!("{base}/upload.php"),
+    ]);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
+    g.stop();
+}
+
+/// The other two production vhosts pass `apache2 -t` once their site parameters point at real
+/// files (same substitutions as above, no start).
+#[test]
+fn other_production_vhosts_pass_configtest() {
+    let state = State::new(common::free_port(), &[]);
+    let cert = state.root.join("run/cert.pem");
+    let key = state.root.join("run/key.pem");
+    let st = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=depot.example.org", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    for file in ["apache/depot-fichiers-proxy-fcgi.conf", "systemd-free/depot-fichiers-cgi.conf"] {
+        let prod = fs::read_to_string(common::repo().join(file))
+            .unwrap()
+            .replace("<VirtualHost *:80>", &format!("<VirtualHost 127.0.0.1:{}>", state.port))
+            .replace("<VirtualHost *:443>", "<VirtualHost 127.0.0.1:1>")
+            .replace("/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/fullchain.pem", &cert.display().to_string())
+            .replace("/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/privkey.pem", &key.display().to_string());
+        let prod_path = state.root.join("prod.conf");
+        fs::write(&prod_path, prod).unwrap();
+        let mut values = state.values();
+        values.insert("FCGI_ADRESSE", "fcgi://127.0.0.1:9".into());
+        values.insert("BLOC", String::new());
+        let template = fs::read_to_string(common::repo().join("apache/local.conf.template")).unwrap();
+        let conf = format!(
+            "{}\nLoadModule ssl_module /usr/lib/apache2/modules/mod_ssl.so\nInclude \"{}\"\n",
+            common::fill(&template, &values),
+            prod_path.display()
+        );
+        let conf_path = state.root.join("t.conf");
+        fs::write(&conf_path, conf).unwrap();
+        let out = Command::new(apache2())
+            .env("APACHE_LOG_DIR", state.log_dir())
+            .arg("-t")
+            .arg("-f")
+            .arg(&conf_path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{file}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -116,11 +116,17 @@ mod tests {
     #[test]
     fn fills_the_upload_url_from_url_base() {
         let out = render(&cfg(), false, "");
-        assert!(out.contains("curl -X POST https://depot.example.org/upload.php \\"), "{out}");
+        assert!(
+            out.contains("curl -X POST https://depot.example.org/upload.php \\"),
+            "{out}"
+        );
         assert!(out.contains(
             "\"url_telechargement\":\"https://depot.example.org/download.php?fichier=fichier.ext&token=xxxxx\""
         ));
-        assert!(!out.contains("desvigne"), "no leftover from the specification's example");
+        assert!(
+            !out.contains("desvigne"),
+            "no leftover from the specification's example"
+        );
     }
 
     #[test]

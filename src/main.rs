@@ -1,1 +1,166 @@
-fn main() {}
+//! The `depot-fichiers` command: serve FastCGI (inherited fd 0, `--listen`) or one CGI request,
+//! or run one of the administration subcommands.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::rc::Rc;
+
+use clap::{Parser, Subcommand};
+
+use depot_fichiers::config::{self, Config};
+use depot_fichiers::http::Request;
+use depot_fichiers::router::{self, App};
+use depot_fichiers::{consignes, fastcgi};
+
+#[derive(Parser)]
+#[command(
+    name = "depot-fichiers",
+    version,
+    about = "Dépôt de fichiers temporaire : programme FastCGI (mod_fcgid, PHP-FPM, CGI)"
+)]
+struct Cli {
+    /// Fichier de configuration (sinon $DEPOT_FICHIERS_CONFIG, sinon /etc/depot-fichiers/config.toml)
+    #[arg(long, global = true, value_name = "CHEMIN")]
+    config: Option<PathBuf>,
+
+    /// Écouter soi-même au lieu d'hériter de la socket du serveur web : tcp:HÔTE:PORT ou unix:CHEMIN
+    #[arg(long, value_name = "ADRESSE")]
+    listen: Option<String>,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Vérifie la configuration et affiche la configuration effective (secrets masqués)
+    CheckConfig,
+    /// Lance un balayage complet et affiche ce qui a été supprimé
+    Sweep,
+    /// Affiche le paragraphe à coller dans les consignes de l'agent (spécification §15)
+    Consignes {
+        /// Inclure le vrai token au lieu de <TOKEN_ACCES>
+        #[arg(long)]
+        avec_token: bool,
+        /// Nom du connecteur MCP tel que déclaré chez le client
+        #[arg(long, default_value = "depot-fichiers")]
+        connecteur: String,
+    },
+}
+
+fn load(cli: &Cli) -> Result<Config, ExitCode> {
+    let path = config::resolve_path(cli.config.as_deref());
+    config::load(&path).map_err(|e| {
+        eprintln!("depot-fichiers : {} ({e})", path.display());
+        ExitCode::from(1)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // A CGI server passes an `=`-less query string as arguments: ignore them there.
+        Err(_) if std::env::var_os("GATEWAY_INTERFACE").is_some() => Cli {
+            config: None,
+            listen: None,
+            command: None,
+        },
+        Err(e) => e.exit(),
+    };
+    let cfg = match load(&cli) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match cli.command {
+        Some(Command::CheckConfig) => check_config(&cli, &cfg),
+        Some(Command::Sweep) => sweep(cfg),
+        Some(Command::Consignes {
+            avec_token,
+            ref connecteur,
+        }) => {
+            print!("{}", consignes::render(&cfg, avec_token, connecteur));
+            ExitCode::SUCCESS
+        }
+        None => serve(cli.listen.as_deref(), cfg),
+    }
+}
+
+fn check_config(cli: &Cli, cfg: &Config) -> ExitCode {
+    let path = config::resolve_path(cli.config.as_deref());
+    println!("# configuration valide : {}", path.display());
+    print!("{}", cfg.describe());
+    if let Ok(m) = std::fs::metadata(&path) {
+        use std::os::unix::fs::PermissionsExt;
+        if m.permissions().mode() & 0o077 != 0 {
+            println!(
+                "# attention : {} est lisible par d'autres utilisateurs (chmod 600 conseillé)",
+                path.display()
+            );
+        }
+    }
+    for (key, dir) in [
+        ("dossier_fichiers", &cfg.dossier_fichiers),
+        ("dossier_log", &cfg.dossier_log),
+    ] {
+        if !dir.is_dir() {
+            println!(
+                "# note : {key} {} n'existe pas encore (créé en 0700 à la première requête)",
+                dir.display()
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn sweep(cfg: Config) -> ExitCode {
+    let app = match App::new(cfg) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("depot-fichiers : dépôt inutilisable : {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match app.store.sweep_full() {
+        Ok(r) => {
+            for n in &r.removed_files {
+                println!("expiré : {n}");
+            }
+            for n in &r.removed_orphans {
+                println!("orphelin : {n}");
+            }
+            for n in &r.removed_temporaries {
+                println!("temporaire abandonné : {n}");
+            }
+            println!(
+                "{} supprimé(s)",
+                r.removed_files.len() + r.removed_orphans.len() + r.removed_temporaries.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("depot-fichiers : balayage impossible : {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn serve(listen: Option<&str>, cfg: Config) -> ExitCode {
+    let app = match App::new(cfg) {
+        Ok(a) => Rc::new(a),
+        Err(e) => {
+            eprintln!("depot-fichiers : dépôt inutilisable : {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let handler: fastcgi::Handler = Rc::new(move |req: Request| {
+        let app = app.clone();
+        Box::pin(async move { router::handle(&app, req).await })
+    });
+    match fastcgi::run(listen, handler) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("depot-fichiers : {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -18,7 +18,10 @@ use serde_json::json;
 const MIB: u64 = 1024 * 1024;
 
 fn download_url(state: &State, name_in_url: &str) -> String {
-    format!("{}/download.php?fichier={name_in_url}&token={}", state.url, state.token)
+    format!(
+        "{}/download.php?fichier={name_in_url}&token={}",
+        state.url, state.token
+    )
 }
 
 fn percent_decode(s: &str) -> Vec<u8> {
@@ -42,24 +45,50 @@ fn percent_decode(s: &str) -> Vec<u8> {
 fn round_trip(state: &State, name: &str, content: &[u8]) {
     let (_d, path) = local_file(name, content);
     let r = upload(state, &path);
-    assert_eq!(r.status, 200, "upload of {name:?}: {}\n{}", r.text(), state.logs());
-    assert_eq!(r.header("content-type"), Some("application/json"), "{:?}", r.headers);
+    assert_eq!(
+        r.status,
+        200,
+        "upload of {name:?}: {}\n{}",
+        r.text(),
+        state.logs()
+    );
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json"),
+        "{:?}",
+        r.headers
+    );
     let j = r.json();
     assert_eq!(j["succes"], json!(true), "{j}");
     assert_eq!(j["nom"], json!(name), "{j}");
     assert_eq!(j["taille_octets"], json!(content.len()), "{j}");
-    assert!(j["expire_au_plus_tard_dans_secondes"].as_u64().is_some(), "{j}");
-    let link = j["url_telechargement"].as_str().expect("url_telechargement");
+    assert!(
+        j["expire_au_plus_tard_dans_secondes"].as_u64().is_some(),
+        "{j}"
+    );
+    let link = j["url_telechargement"]
+        .as_str()
+        .expect("url_telechargement");
     let prefix = format!("{}/download.php?fichier=", state.url);
     assert!(link.starts_with(&prefix), "{link}");
     assert!(link.ends_with(&format!("&token={}", state.token)), "{link}");
 
     let d = curl(&[link]);
-    assert_eq!(d.status, 200, "download of {name:?} via {link}: {}", d.text());
+    assert_eq!(
+        d.status,
+        200,
+        "download of {name:?} via {link}: {}",
+        d.text()
+    );
     assert!(d.body == content, "bytes differ for {name:?}");
-    assert_eq!(d.header("content-length"), Some(content.len().to_string().as_str()));
+    assert_eq!(
+        d.header("content-length"),
+        Some(content.len().to_string().as_str())
+    );
     assert_eq!(d.header("content-type"), Some("application/octet-stream"));
-    let cd = d.header("content-disposition").expect("Content-Disposition");
+    let cd = d
+        .header("content-disposition")
+        .expect("Content-Disposition");
     assert!(cd.starts_with("attachment;"), "{cd}");
     let star = cd.split("filename*=UTF-8''").nth(1).expect("filename*");
     let star = star.split(';').next().unwrap().trim();
@@ -76,7 +105,12 @@ fn upload_then_download_gives_identical_bytes() {
 
     let d = curl(&[&download_url(&a.state, "devis_dupont.docx")]);
     assert_eq!(d.status, 200);
-    assert_eq!(d.header_count("x-content-type-options"), 1, "{:?}", d.headers);
+    assert_eq!(
+        d.header_count("x-content-type-options"),
+        1,
+        "{:?}",
+        d.headers
+    );
     assert_eq!(d.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(d.header("cache-control"), Some("no-store"));
     assert_eq!(d.header("referrer-policy"), Some("no-referrer"));
@@ -97,10 +131,17 @@ fn well_known_at_both_urls_matches_the_contract() {
     ] {
         let r = curl(&[&format!("{}{path}", a.url())]);
         assert_eq!(r.status, 200, "{path}: {}", r.text());
-        assert!(r.header("content-type").unwrap_or("").starts_with("application/json"));
+        assert!(
+            r.header("content-type")
+                .unwrap_or("")
+                .starts_with("application/json")
+        );
         assert_eq!(r.json(), want, "{path}");
     }
-    let r = curl(&[&format!("{}/.well-known/oauth-protected-resource/autre", a.url())]);
+    let r = curl(&[&format!(
+        "{}/.well-known/oauth-protected-resource/autre",
+        a.url()
+    )]);
     assert_eq!(r.status, 404);
 }
 
@@ -132,7 +173,10 @@ fn mcp_without_token_is_401_with_www_authenticate() {
 fn inactive_file_and_sidecar_disappear_at_the_next_request() {
     let a = Apache::with(
         Mode::Fcgid,
-        &[("duree_inactivite_secondes", "2"), ("balayage_intervalle_min_ms", "0")],
+        &[
+            ("duree_inactivite_secondes", "2"),
+            ("balayage_intervalle_min_ms", "0"),
+        ],
     );
     let (_d, p) = local_file("ephemere.txt", b"bientot parti\n");
     let r = upload(&a.state, &p);
@@ -144,8 +188,14 @@ fn inactive_file_and_sidecar_disappear_at_the_next_request() {
     // Any request sweeps: here a download of another name.
     let r = curl(&[&download_url(&a.state, "autre.txt")]);
     assert_eq!(r.status, 404, "{}", r.text());
-    assert!(!a.state.files().join("ephemere.txt").exists(), "file still there");
-    assert!(!a.state.sidecar("ephemere.txt").exists(), "sidecar still there");
+    assert!(
+        !a.state.files().join("ephemere.txt").exists(),
+        "file still there"
+    );
+    assert!(
+        !a.state.sidecar("ephemere.txt").exists(),
+        "sidecar still there"
+    );
     let r = curl(&[&download_url(&a.state, "ephemere.txt")]);
     assert_eq!(r.status, 404);
 }
@@ -156,13 +206,24 @@ fn upload_of_200_mib_passes_and_one_byte_more_is_413_from_the_binary() {
     let dir = tempfile::tempdir().unwrap();
     let exact = dir.path().join("exact.bin");
     let over = dir.path().join("trop.bin");
-    fs::File::create(&exact).unwrap().set_len(200 * MIB).unwrap();
-    fs::File::create(&over).unwrap().set_len(200 * MIB + 1).unwrap();
+    fs::File::create(&exact)
+        .unwrap()
+        .set_len(200 * MIB)
+        .unwrap();
+    fs::File::create(&over)
+        .unwrap()
+        .set_len(200 * MIB + 1)
+        .unwrap();
 
     let r = upload(&a.state, &exact);
     assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
     assert_eq!(r.json()["taille_octets"], json!(200 * MIB));
-    assert_eq!(fs::metadata(a.state.files().join("exact.bin")).unwrap().len(), 200 * MIB);
+    assert_eq!(
+        fs::metadata(a.state.files().join("exact.bin"))
+            .unwrap()
+            .len(),
+        200 * MIB
+    );
 
     let r = upload(&a.state, &over);
     assert_eq!(r.status, 413, "{}\n{}", r.text(), a.state.logs());
@@ -172,7 +233,11 @@ fn upload_of_200_mib_passes_and_one_byte_more_is_413_from_the_binary() {
     assert!(j["message"].is_string(), "{j}");
     assert!(!a.state.files().join("trop.bin").exists());
     let parts: Vec<_> = fs::read_dir(a.state.files().join(".tmp"))
-        .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".part")).collect())
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+                .collect()
+        })
         .unwrap_or_default();
     assert!(parts.is_empty(), "leftover temporary files: {parts:?}");
 }
@@ -187,10 +252,22 @@ fn authorization_header_reaches_the_binary() {
     let r = curl(&["-F", &form, &url]);
     assert_eq!(r.status, 401, "{}", r.text());
     assert_eq!(r.json()["erreur"], json!("token_invalide"));
-    let r = curl(&["-H", "Authorization: Bearer mauvais-token-mauvais-token-000000", "-F", &form, &url]);
+    let r = curl(&[
+        "-H",
+        "Authorization: Bearer mauvais-token-mauvais-token-000000",
+        "-F",
+        &form,
+        &url,
+    ]);
     assert_eq!(r.status, 401, "{}", r.text());
     // The right token, with the scheme in lower case: only possible if Apache passed the header.
-    let r = curl(&["-H", &format!("Authorization: bearer {}", a.token()), "-F", &form, &url]);
+    let r = curl(&[
+        "-H",
+        &format!("Authorization: bearer {}", a.token()),
+        "-F",
+        &form,
+        &url,
+    ]);
     assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
 }
 
@@ -225,7 +302,14 @@ fn files_and_log_are_not_reachable_by_url() {
 #[test]
 fn only_the_three_script_names_reach_the_binary() {
     let a = Apache::start();
-    for path in ["/other.php", "/index.php", "/mcp.php.jpg", "/upload.php5", "/UPLOAD.php", "/"] {
+    for path in [
+        "/other.php",
+        "/index.php",
+        "/mcp.php.jpg",
+        "/upload.php5",
+        "/UPLOAD.php",
+        "/",
+    ] {
         let r = curl(&[&format!("{}{path}", a.url())]);
         assert_eq!(r.status, 404, "{path}: {}", r.text());
     }
@@ -298,11 +382,21 @@ fn the_token_is_not_written_to_the_access_log() {
     a.stop();
     let access = fs::read_to_string(a.access_log()).unwrap();
     assert!(access.contains("/download.php"), "{access}");
-    assert!(!access.contains(a.token()), "token in the access log:\n{access}");
-    assert!(!access.contains("token="), "query string in the access log:\n{access}");
+    assert!(
+        !access.contains(a.token()),
+        "token in the access log:\n{access}"
+    );
+    assert!(
+        !access.contains("token="),
+        "query string in the access log:\n{access}"
+    );
     for entry in fs::read_dir(a.state.log_dir()).unwrap().flatten() {
         let text = fs::read_to_string(entry.path()).unwrap_or_default();
-        assert!(!text.contains(a.token()), "token in {}", entry.path().display());
+        assert!(
+            !text.contains(a.token()),
+            "token in {}",
+            entry.path().display()
+        );
     }
 }
 
@@ -310,10 +404,19 @@ fn the_token_is_not_written_to_the_access_log() {
 /// of hosting the binary.
 fn smoke(state: &State) {
     round_trip(state, "fumée é#&+.txt", &bytes(70_000, 42));
-    let r = curl(&[&format!("{}/.well-known/oauth-protected-resource", state.url)]);
+    let r = curl(&[&format!(
+        "{}/.well-known/oauth-protected-resource",
+        state.url
+    )]);
     assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
-    assert_eq!(r.json()["resource"], json!(format!("{}/mcp.php", state.url)));
-    let r = curl(&[&format!("{}/.well-known/oauth-protected-resource/mcp.php", state.url)]);
+    assert_eq!(
+        r.json()["resource"],
+        json!(format!("{}/mcp.php", state.url))
+    );
+    let r = curl(&[&format!(
+        "{}/.well-known/oauth-protected-resource/mcp.php",
+        state.url
+    )]);
     assert_eq!(r.status, 200);
     let (_d, p) = local_file("x.txt", b"x");
     let r = curl(&[
@@ -357,16 +460,34 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
     let cert = state.root.join("run/cert.pem");
     let key = state.root.join("run/key.pem");
     let st = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=depot.example.org", "-keyout"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=depot.example.org",
+            "-keyout",
+        ])
         .arg(&key)
         .arg("-out")
         .arg(&cert)
         .output()
         .unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
 
     let mut prod = String::new();
-    for line in fs::read_to_string(common::repo().join("apache/depot-fichiers.conf")).unwrap().lines() {
+    for line in fs::read_to_string(common::repo().join("apache/depot-fichiers.conf"))
+        .unwrap()
+        .lines()
+    {
         let l = if line.starts_with("Define DEPOT_FICHIERS_BIN ") {
             format!("Define DEPOT_FICHIERS_BIN {}", state.bin().display())
         } else if line.starts_with("Define DEPOT_FICHIERS_CONFIG ") {
@@ -376,10 +497,22 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
         } else if line.starts_with("Define DEPOT_FICHIERS_DONNEES ") {
             format!("Define DEPOT_FICHIERS_DONNEES {}", state.root.display())
         } else {
-            line.replace("<VirtualHost *:80>", &format!("<VirtualHost 127.0.0.1:{}>", state.port))
-                .replace("<VirtualHost *:443>", &format!("<VirtualHost 127.0.0.1:{tls_port}>"))
-                .replace("/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/fullchain.pem", &cert.display().to_string())
-                .replace("/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/privkey.pem", &key.display().to_string())
+            line.replace(
+                "<VirtualHost *:80>",
+                &format!("<VirtualHost 127.0.0.1:{}>", state.port),
+            )
+            .replace(
+                "<VirtualHost *:443>",
+                &format!("<VirtualHost 127.0.0.1:{tls_port}>"),
+            )
+            .replace(
+                "/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/fullchain.pem",
+                &cert.display().to_string(),
+            )
+            .replace(
+                "/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/privkey.pem",
+                &key.display().to_string(),
+            )
         };
         prod.push_str(&l);
         prod.push('\n');
@@ -400,23 +533,54 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
     state.hand_over();
 
     let mut c = Command::new(apache2());
-    c.env("APACHE_LOG_DIR", state.log_dir()).arg("-f").arg(&conf_path).arg("-DFOREGROUND");
-    let mut g = common::Guard::spawn("apache2 (production vhost)", c, &state.log_dir().join("apache-prod.out"));
-    common::wait_port(tls_port, &mut g, Duration::from_secs(15)).unwrap_or_else(|e| panic!("{e}\n{}", state.logs()));
+    c.env("APACHE_LOG_DIR", state.log_dir())
+        .arg("-f")
+        .arg(&conf_path)
+        .arg("-DFOREGROUND");
+    let mut g = common::Guard::spawn(
+        "apache2 (production vhost)",
+        c,
+        &state.log_dir().join("apache-prod.out"),
+    );
+    common::wait_port(tls_port, &mut g, Duration::from_secs(15))
+        .unwrap_or_else(|e| panic!("{e}\n{}", state.logs()));
 
-    let r = curl(&["-H", "Host: depot.example.org", &format!("http://127.0.0.1:{}/x", state.port)]);
+    let r = curl(&[
+        "-H",
+        "Host: depot.example.org",
+        &format!("http://127.0.0.1:{}/x", state.port),
+    ]);
     assert_eq!(r.status, 301);
     assert_eq!(r.header("location"), Some("https://depot.example.org/x"));
 
     let resolve = format!("depot.example.org:{tls_port}:127.0.0.1");
     let base = format!("https://depot.example.org:{tls_port}");
-    let r = curl(&["-k", "--resolve", &resolve, &format!("{base}/.well-known/oauth-protected-resource")]);
+    let r = curl(&[
+        "-k",
+        "--resolve",
+        &resolve,
+        &format!("{base}/.well-known/oauth-protected-resource"),
+    ]);
     assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
-    assert_eq!(r.header_count("strict-transport-security"), 1, "{:?}", r.headers);
-    assert_eq!(r.header_count("x-content-type-options"), 1, "{:?}", r.headers);
+    assert_eq!(
+        r.header_count("strict-transport-security"),
+        1,
+        "{:?}",
+        r.headers
+    );
+    assert_eq!(
+        r.header_count("x-content-type-options"),
+        1,
+        "{:?}",
+        r.headers
+    );
     let r = curl(&["-k", "--resolve", &resolve, &format!("{base}/files/")]);
     assert!(matches!(r.status, 403 | 404));
-    assert_eq!(r.header_count("strict-transport-security"), 1, "HSTS on errors too");
+    assert_eq!(
+        r.header_count("strict-transport-security"),
+        1,
+        "HSTS on errors too"
+    );
     let (_d, p) = local_file("tls.txt", b"par TLS");
     let r = curl(&[
         "-k",
@@ -440,26 +604,50 @@ fn other_production_vhosts_pass_configtest() {
     let cert = state.root.join("run/cert.pem");
     let key = state.root.join("run/key.pem");
     let st = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=depot.example.org", "-keyout"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=depot.example.org",
+            "-keyout",
+        ])
         .arg(&key)
         .arg("-out")
         .arg(&cert)
         .output()
         .unwrap();
     assert!(st.status.success());
-    for file in ["apache/depot-fichiers-proxy-fcgi.conf", "systemd-free/depot-fichiers-cgi.conf"] {
+    for file in [
+        "apache/depot-fichiers-proxy-fcgi.conf",
+        "systemd-free/depot-fichiers-cgi.conf",
+    ] {
         let prod = fs::read_to_string(common::repo().join(file))
             .unwrap()
-            .replace("<VirtualHost *:80>", &format!("<VirtualHost 127.0.0.1:{}>", state.port))
+            .replace(
+                "<VirtualHost *:80>",
+                &format!("<VirtualHost 127.0.0.1:{}>", state.port),
+            )
             .replace("<VirtualHost *:443>", "<VirtualHost 127.0.0.1:1>")
-            .replace("/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/fullchain.pem", &cert.display().to_string())
-            .replace("/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/privkey.pem", &key.display().to_string());
+            .replace(
+                "/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/fullchain.pem",
+                &cert.display().to_string(),
+            )
+            .replace(
+                "/etc/letsencrypt/live/${DEPOT_FICHIERS_NOM}/privkey.pem",
+                &key.display().to_string(),
+            );
         let prod_path = state.root.join("prod.conf");
         fs::write(&prod_path, prod).unwrap();
         let mut values = state.values();
         values.insert("FCGI_ADRESSE", "fcgi://127.0.0.1:9".into());
         values.insert("BLOC", String::new());
-        let template = fs::read_to_string(common::repo().join("apache/local.conf.template")).unwrap();
+        let template =
+            fs::read_to_string(common::repo().join("apache/local.conf.template")).unwrap();
         let conf = format!(
             "{}\nLoadModule ssl_module /usr/lib/apache2/modules/mod_ssl.so\nInclude \"{}\"\n",
             common::fill(&template, &values),

@@ -75,7 +75,12 @@ impl Apache {
         fs::write(&conf, fill(&template, &values)).unwrap();
         state.hand_over();
 
-        let t = Command::new(apache2()).arg("-t").arg("-f").arg(&conf).output().unwrap();
+        let t = Command::new(apache2())
+            .arg("-t")
+            .arg("-f")
+            .arg(&conf)
+            .output()
+            .unwrap();
         if !t.status.success() {
             return Err(format!(
                 "apache2 -t failed:\n{}{}",
@@ -90,7 +95,11 @@ impl Apache {
                 .arg(state.config())
                 .arg("--listen")
                 .arg(format!("tcp:127.0.0.1:{fcgi_port}"));
-            let mut g = Guard::spawn("depot-fichiers --listen", c, &state.log_dir().join("backend.out"));
+            let mut g = Guard::spawn(
+                "depot-fichiers --listen",
+                c,
+                &state.log_dir().join("backend.out"),
+            );
             wait_port(fcgi_port, &mut g, Duration::from_secs(10))
                 .map_err(|e| format!("{e}\n{}", state.logs()))?;
             Some(g)
@@ -103,7 +112,12 @@ impl Apache {
         let mut apache = Guard::spawn("apache2", c, &state.log_dir().join("apache.out"));
         wait_port(port, &mut apache, Duration::from_secs(15))
             .map_err(|e| format!("{e}\n{}", state.logs()))?;
-        Ok(Apache { apache, backend, state, mode })
+        Ok(Apache {
+            apache,
+            backend,
+            state,
+            mode,
+        })
     }
 
     pub fn url(&self) -> &str {
@@ -130,5 +144,9 @@ impl Apache {
 
 /// The apache2 binary (Debian puts it in /usr/sbin, not always in a user's PATH).
 pub fn apache2() -> &'static str {
-    if std::path::Path::new("/usr/sbin/apache2").exists() { "/usr/sbin/apache2" } else { "apache2" }
+    if std::path::Path::new("/usr/sbin/apache2").exists() {
+        "/usr/sbin/apache2"
+    } else {
+        "apache2"
+    }
 }

@@ -129,7 +129,15 @@ impl State {
         let (user, group) = run_user();
         let token = random_token();
         let url = format!("http://127.0.0.1:{port}");
-        let state = State { _dir: dir, root, token, url, port, user, group };
+        let state = State {
+            _dir: dir,
+            root,
+            token,
+            url,
+            port,
+            user,
+            group,
+        };
 
         fs::copy(binary(), state.bin()).unwrap();
         fs::set_permissions(state.bin(), fs::Permissions::from_mode(0o755)).unwrap();
@@ -143,7 +151,13 @@ impl State {
             if config.lines().any(|l| l.starts_with(&prefix)) {
                 config = config
                     .lines()
-                    .map(|l| if l.starts_with(&prefix) { line.clone() } else { l.to_string() })
+                    .map(|l| {
+                        if l.starts_with(&prefix) {
+                            line.clone()
+                        } else {
+                            l.to_string()
+                        }
+                    })
                     .collect::<Vec<_>>()
                     .join("\n")
                     + "\n";
@@ -224,7 +238,11 @@ impl State {
             .status()
             .unwrap();
         assert!(st.success());
-        let st = Command::new("chown").arg("root:root").arg(self.bin()).status().unwrap();
+        let st = Command::new("chown")
+            .arg("root:root")
+            .arg(self.bin())
+            .status()
+            .unwrap();
         assert!(st.success());
         fs::set_permissions(&self.root, fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -259,7 +277,11 @@ impl Guard {
     /// Spawns `cmd` with its stdout/stderr appended to `log`, and asks the kernel to send it
     /// SIGTERM if the test process dies (effective as long as it does not change credentials).
     pub fn spawn(name: &'static str, mut cmd: Command, log: &Path) -> Guard {
-        let out = fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
         cmd.stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out);
@@ -271,7 +293,9 @@ impl Guard {
                 .map_err(std::io::Error::from)
             });
         }
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
         Guard { child, name }
     }
 
@@ -316,7 +340,10 @@ pub fn wait_port(port: u16, guard: &mut Guard, timeout: Duration) -> Result<(), 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err(format!("{} not listening on {port} after {timeout:?}", guard.name))
+    Err(format!(
+        "{} not listening on {port} after {timeout:?}",
+        guard.name
+    ))
 }
 
 /// `cmd` run as the run user when we are root (`setpriv`, which keeps the PID and sets
@@ -348,7 +375,10 @@ pub struct Reply {
 impl Reply {
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
     }
     pub fn header_count(&self, name: &str) -> usize {
         let name = name.to_ascii_lowercase();
@@ -358,8 +388,13 @@ impl Reply {
         String::from_utf8_lossy(&self.body).into_owned()
     }
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): status {} body {:?}", self.status, self.text()))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): status {} body {:?}",
+                self.status,
+                self.text()
+            )
+        })
     }
 }
 
@@ -398,7 +433,11 @@ pub fn curl(args: &[&str]) -> Reply {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    Reply { status, headers, body: fs::read(&body).unwrap_or_default() }
+    Reply {
+        status,
+        headers,
+        body: fs::read(&body).unwrap_or_default(),
+    }
 }
 
 /// `POST /upload.php` of `path` with the state's token.
@@ -406,7 +445,13 @@ pub fn upload(state: &State, path: &Path) -> Reply {
     let auth = format!("Authorization: Bearer {}", state.token);
     // Quoted, so that `,` `;` and spaces in the local path are taken literally by curl.
     let form = format!("fichier=@\"{}\"", path.display());
-    curl(&["-H", &auth, "-F", &form, &format!("{}/upload.php", state.url)])
+    curl(&[
+        "-H",
+        &auth,
+        "-F",
+        &form,
+        &format!("{}/upload.php", state.url),
+    ])
 }
 
 /// Writes `content` to a fresh temporary folder as `name` and returns (folder guard, path).
@@ -419,7 +464,9 @@ pub fn local_file(name: &str, content: &[u8]) -> (tempfile::TempDir, PathBuf) {
 
 /// Deterministic pseudo-random bytes.
 pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..len)
         .map(|_| {
             x ^= x << 13;

@@ -35,7 +35,11 @@ impl Nginx {
         values.insert("FCGI_PORT", fcgi_port.to_string());
         values.insert(
             "USER_LINE",
-            if is_root() { format!("user {} {};", state.user, state.group) } else { String::new() },
+            if is_root() {
+                format!("user {} {};", state.user, state.group)
+            } else {
+                String::new()
+            },
         );
         fs::write(
             state.root.join("bloc-nginx.conf"),
@@ -58,16 +62,28 @@ impl Nginx {
         wait_port(fcgi_port, &mut backend, Duration::from_secs(10))
             .map_err(|e| format!("{e}\n{}", state.logs()))?;
 
-        let t = Command::new(nginx()).arg("-t").arg("-c").arg(&conf).output().unwrap();
+        let t = Command::new(nginx())
+            .arg("-t")
+            .arg("-c")
+            .arg(&conf)
+            .output()
+            .unwrap();
         if !t.status.success() {
-            return Err(format!("nginx -t failed:\n{}", String::from_utf8_lossy(&t.stderr)));
+            return Err(format!(
+                "nginx -t failed:\n{}",
+                String::from_utf8_lossy(&t.stderr)
+            ));
         }
         let mut c = Command::new(nginx());
         c.arg("-c").arg(&conf);
         let mut nginx = Guard::spawn("nginx", c, &state.log_dir().join("nginx.out"));
         wait_port(port, &mut nginx, Duration::from_secs(10))
             .map_err(|e| format!("{e}\n{}", state.logs()))?;
-        Ok(Nginx { nginx, _backend: backend, state })
+        Ok(Nginx {
+            nginx,
+            _backend: backend,
+            state,
+        })
     }
 
     pub fn stop(&mut self) {
@@ -76,5 +92,9 @@ impl Nginx {
 }
 
 fn nginx() -> &'static str {
-    if std::path::Path::new("/usr/sbin/nginx").exists() { "/usr/sbin/nginx" } else { "nginx" }
+    if std::path::Path::new("/usr/sbin/nginx").exists() {
+        "/usr/sbin/nginx"
+    } else {
+        "nginx"
+    }
 }

@@ -48,10 +48,18 @@ enum Command {
     },
 }
 
+/// `println!` that ignores a closed stdout (`depot-fichiers … consignes | head`).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 fn load(cli: &Cli) -> Result<Config, ExitCode> {
     let path = config::resolve_path(cli.config.as_deref());
     config::load(&path).map_err(|e| {
-        eprintln!("depot-fichiers : {} ({e})", path.display());
+        eoutln!("depot-fichiers : {} ({e})", path.display());
         ExitCode::from(1)
     })
 }
@@ -78,7 +86,10 @@ fn main() -> ExitCode {
             avec_token,
             ref connecteur,
         }) => {
-            print!("{}", consignes::render(&cfg, avec_token, connecteur));
+            outln!(
+                "{}",
+                consignes::render(&cfg, avec_token, connecteur).trim_end()
+            );
             ExitCode::SUCCESS
         }
         None => serve(cli.listen.as_deref(), cfg),
@@ -87,12 +98,12 @@ fn main() -> ExitCode {
 
 fn check_config(cli: &Cli, cfg: &Config) -> ExitCode {
     let path = config::resolve_path(cli.config.as_deref());
-    println!("# configuration valide : {}", path.display());
-    print!("{}", cfg.describe());
+    outln!("# configuration valide : {}", path.display());
+    outln!("{}", cfg.describe().trim_end());
     if let Ok(m) = std::fs::metadata(&path) {
         use std::os::unix::fs::PermissionsExt;
         if m.permissions().mode() & 0o077 != 0 {
-            println!(
+            outln!(
                 "# attention : {} est lisible par d'autres utilisateurs (chmod 600 conseillé)",
                 path.display()
             );
@@ -103,7 +114,7 @@ fn check_config(cli: &Cli, cfg: &Config) -> ExitCode {
         ("dossier_log", &cfg.dossier_log),
     ] {
         if !dir.is_dir() {
-            println!(
+            outln!(
                 "# note : {key} {} n'existe pas encore (créé en 0700 à la première requête)",
                 dir.display()
             );
@@ -116,29 +127,29 @@ fn sweep(cfg: Config) -> ExitCode {
     let app = match App::new(cfg) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("depot-fichiers : dépôt inutilisable : {e}");
+            eoutln!("depot-fichiers : dépôt inutilisable : {e}");
             return ExitCode::from(1);
         }
     };
     match app.store.sweep_full() {
         Ok(r) => {
             for n in &r.removed_files {
-                println!("expiré : {n}");
+                outln!("expiré : {n}");
             }
             for n in &r.removed_orphans {
-                println!("orphelin : {n}");
+                outln!("orphelin : {n}");
             }
             for n in &r.removed_temporaries {
-                println!("temporaire abandonné : {n}");
+                outln!("temporaire abandonné : {n}");
             }
-            println!(
+            outln!(
                 "{} supprimé(s)",
                 r.removed_files.len() + r.removed_orphans.len() + r.removed_temporaries.len()
             );
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("depot-fichiers : balayage impossible : {e}");
+            eoutln!("depot-fichiers : balayage impossible : {e}");
             ExitCode::from(1)
         }
     }
@@ -148,7 +159,7 @@ fn serve(listen: Option<&str>, cfg: Config) -> ExitCode {
     let app = match App::new(cfg) {
         Ok(a) => Rc::new(a),
         Err(e) => {
-            eprintln!("depot-fichiers : dépôt inutilisable : {e}");
+            eoutln!("depot-fichiers : dépôt inutilisable : {e}");
             return ExitCode::from(1);
         }
     };
@@ -159,7 +170,7 @@ fn serve(listen: Option<&str>, cfg: Config) -> ExitCode {
     match fastcgi::run(listen, handler) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("depot-fichiers : {e}");
+            eoutln!("depot-fichiers : {e}");
             ExitCode::from(2)
         }
     }

@@ -59,7 +59,7 @@ macro_rules! outln {
 fn load(cli: &Cli) -> Result<Config, ExitCode> {
     let path = config::resolve_path(cli.config.as_deref());
     config::load(&path).map_err(|e| {
-        eoutln!("depot-fichiers : {} ({e})", path.display());
+        eprintln!("depot-fichiers : {} ({e})", path.display());
         ExitCode::from(1)
     })
 }
@@ -127,7 +127,7 @@ fn sweep(cfg: Config) -> ExitCode {
     let app = match App::new(cfg) {
         Ok(a) => a,
         Err(e) => {
-            eoutln!("depot-fichiers : dépôt inutilisable : {e}");
+            eprintln!("depot-fichiers : dépôt inutilisable : {e}");
             return ExitCode::from(1);
         }
     };
@@ -149,7 +149,7 @@ fn sweep(cfg: Config) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eoutln!("depot-fichiers : balayage impossible : {e}");
+            eprintln!("depot-fichiers : balayage impossible : {e}");
             ExitCode::from(1)
         }
     }
@@ -159,7 +159,7 @@ fn serve(listen: Option<&str>, cfg: Config) -> ExitCode {
     let app = match App::new(cfg) {
         Ok(a) => Rc::new(a),
         Err(e) => {
-            eoutln!("depot-fichiers : dépôt inutilisable : {e}");
+            eprintln!("depot-fichiers : dépôt inutilisable : {e}");
             return ExitCode::from(1);
         }
     };
@@ -170,7 +170,7 @@ fn serve(listen: Option<&str>, cfg: Config) -> ExitCode {
     match fastcgi::run(listen, handler) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eoutln!("depot-fichiers : {e}");
+            eprintln!("depot-fichiers : {e}");
             ExitCode::from(2)
         }
     }

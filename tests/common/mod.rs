@@ -10,6 +10,7 @@
 
 pub mod apache;
 pub mod fcgi;
+pub mod introspection;
 pub mod nginx;
 pub mod server;
 

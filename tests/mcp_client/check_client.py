@@ -4,7 +4,8 @@
 Connects to URL with a bearer token in three modes — "auto" (server/discover probe, modern),
 "legacy" (initialize handshake) and "2026-07-28" (pinned, no probe) — and in each one:
 lists the tools (exactly `recuperer_fichier`), calls it in mode "lien" and "base64" on a file
-that is already deposited, and calls it on a missing file (legacy: JSON-RPC error -32000;
+that is already deposited (downloading the link and decoding the base64 to compare them with the
+local copy), and calls it on a missing file (legacy: JSON-RPC error -32000;
 modern: an isError result). Exits 0 when every check passes, 1 otherwise.
 
 Usage (see README.md):
@@ -18,6 +19,8 @@ import argparse
 import asyncio
 import base64
 import sys
+
+import httpx
 
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
@@ -54,6 +57,12 @@ async def run_mode(mode: str, url: str, token: str, name: str, expected: bytes |
             check("/download.php?fichier=" in str(sc.get("url_telechargement", "")), "lien: url_telechargement")
             check(isinstance(sc.get("taille_octets"), int), "lien: taille_octets")
             check(any(c.type == "resource_link" for c in r.content), "lien: resource_link block")
+            link = str(sc.get("url_telechargement", ""))
+            if link and expected is not None:
+                async with httpx.AsyncClient() as plain:
+                    got = await plain.get(link)
+                check(got.status_code == 200, f"lien: GET -> {got.status_code}")
+                check(got.content == expected, "lien: the link downloads identical bytes")
 
             r = await client.call_tool("recuperer_fichier", {"nom_fichier": name, "mode": "base64"})
             sc = r.structured_content or {}

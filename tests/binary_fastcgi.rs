@@ -1,0 +1,297 @@
+//! The real binary (`depot-fichiers --listen unix:…`) driven over FastCGI by the test client:
+//! byte-identical round trips (0 B, 1 B, 1 MiB, 50 MiB), overwrite, statuses, HEAD, Range,
+//! expiry by age and by inactivity with second-scale delays, the sweep removing a file nobody asks
+//! for at the next request of any kind, the sidecar, and a client that disconnects mid-upload.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Guard;
+use common::fcgi::{FcgiClient, FcgiResponse};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz012345-_.~";
+const BOUNDARY: &str = "xXbinaryfcgiXx";
+
+struct Server {
+    _guard: Guard,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Server {
+    fn start(extra: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let config = root.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "token_acces = \"{TOKEN}\"\n\
+                 dossier_fichiers = \"{}\"\ndossier_log = \"{}\"\n\
+                 url_base = \"https://depot.test\"\noauth_url = \"https://as.test\"\n\
+                 oauth_client_id = \"c\"\noauth_client_secret = \"secret\"\n{extra}\n",
+                root.join("files").display(),
+                root.join("log").display()
+            ),
+        )
+        .unwrap();
+        let socket = root.join("fcgi.sock");
+        let mut cmd = Command::new(common::binary());
+        cmd.arg("--config")
+            .arg(&config)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()));
+        let guard = Guard::spawn("depot-fichiers", cmd, &root.join("stderr.log"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while FcgiClient::unix(&socket).is_err() {
+            assert!(Instant::now() < deadline, "the binary did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            _guard: guard,
+            dir,
+            socket,
+        }
+    }
+
+    fn files(&self) -> PathBuf {
+        self.dir.path().join("files")
+    }
+
+    fn call(&self, params: &[(&str, &str)], body: &[u8]) -> FcgiResponse {
+        let mut c = FcgiClient::unix(&self.socket).unwrap();
+        let len = body.len().to_string();
+        let mut p: Vec<(&str, &str)> = params.to_vec();
+        p.push(("CONTENT_LENGTH", &len));
+        p.push(("GATEWAY_INTERFACE", "CGI/1.1"));
+        c.request(&p, body).unwrap()
+    }
+
+    fn upload(&self, name: &str, data: &[u8]) -> FcgiResponse {
+        let auth = format!("Bearer {TOKEN}");
+        let ct = format!("multipart/form-data; boundary={BOUNDARY}");
+        self.call(
+            &[
+                ("REQUEST_METHOD", "POST"),
+                ("SCRIPT_NAME", "/upload.php"),
+                ("REQUEST_URI", "/upload.php"),
+                ("CONTENT_TYPE", &ct),
+                ("HTTP_AUTHORIZATION", &auth),
+            ],
+            &multipart(name, data),
+        )
+    }
+
+    fn get(&self, method: &str, query: &str, extra: &[(&str, &str)]) -> FcgiResponse {
+        let uri = format!("/download.php?{query}");
+        let mut p = vec![
+            ("REQUEST_METHOD", method),
+            ("SCRIPT_NAME", "/download.php"),
+            ("REQUEST_URI", uri.as_str()),
+            ("QUERY_STRING", query),
+        ];
+        p.extend_from_slice(extra);
+        self.call(&p, b"")
+    }
+
+    fn download(&self, name: &str) -> FcgiResponse {
+        let q = format!(
+            "fichier={}&token={TOKEN}",
+            depot_fichiers::names::percent_encode(name)
+        );
+        self.get("GET", &q, &[])
+    }
+}
+
+fn multipart(name: &str, data: &[u8]) -> Vec<u8> {
+    let mut b = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"{name}\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    b.extend_from_slice(data);
+    b.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+    b
+}
+
+fn json(r: &FcgiResponse) -> Value {
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()))
+}
+
+fn error_code(r: &FcgiResponse) -> String {
+    json(r)["erreur"].as_str().unwrap_or_default().to_string()
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn no_part_files(files: &Path) -> bool {
+    entries(&files.join(".tmp"))
+        .iter()
+        .all(|n| !n.ends_with(".part"))
+}
+
+#[test]
+fn round_trips_are_byte_identical_up_to_50_mib() {
+    let s = Server::start("");
+    for (i, size) in [0usize, 1, 1 << 20, 50 << 20].into_iter().enumerate() {
+        let data = common::bytes(size, i as u64 + 100);
+        let name = format!("taille {size}.bin");
+        let up = s.upload(&name, &data);
+        assert_eq!(up.status, 200, "{}", up.text());
+        let v = json(&up);
+        assert_eq!(v["taille_octets"], size);
+        assert_eq!(v["sha256"], format!("{:x}", Sha256::digest(&data)));
+        let d = s.download(&name);
+        assert_eq!(d.status, 200);
+        assert_eq!(d.header("Content-Length"), Some(size.to_string().as_str()));
+        assert!(d.body == data, "{size} bytes differ");
+        assert_eq!(d.app_status, 0);
+    }
+    assert!(no_part_files(&s.files()));
+}
+
+#[test]
+fn overwrite_statuses_head_and_range() {
+    let s = Server::start("taille_max_fichier_octets = 100");
+    assert_eq!(s.upload("a.txt", b"version une").status, 200);
+    assert_eq!(s.upload("a.txt", b"v2").status, 200);
+    assert_eq!(s.download("a.txt").body, b"v2");
+
+    let r = s.upload("gros", &[0; 101]);
+    assert_eq!(
+        (r.status, error_code(&r).as_str()),
+        (413, "fichier_trop_volumineux")
+    );
+    let r = s.get("GET", "fichier=a.txt&token=faux", &[]);
+    assert_eq!((r.status, error_code(&r).as_str()), (401, "token_invalide"));
+    let r = s.get("GET", &format!("fichier=absent&token={TOKEN}"), &[]);
+    assert_eq!(
+        (r.status, error_code(&r).as_str()),
+        (404, "fichier_introuvable")
+    );
+    let r = s.get("GET", &format!("fichier=..&token={TOKEN}"), &[]);
+    assert_eq!((r.status, error_code(&r).as_str()), (400, "nom_invalide"));
+    let r = s.call(
+        &[
+            ("REQUEST_METHOD", "DELETE"),
+            ("SCRIPT_NAME", "/download.php"),
+        ],
+        b"",
+    );
+    assert_eq!(
+        (r.status, error_code(&r).as_str()),
+        (405, "methode_non_autorisee")
+    );
+
+    let q = format!("fichier=a.txt&token={TOKEN}");
+    let h = s.get("HEAD", &q, &[]);
+    assert_eq!(h.status, 200);
+    assert_eq!(h.header("Content-Length"), Some("2"));
+    assert!(h.body.is_empty());
+    let r = s.get("GET", &q, &[("HTTP_RANGE", "bytes=1-")]);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, b"2");
+    assert_eq!(r.header("Content-Range"), Some("bytes 1-1/2"));
+    let r = s.get("GET", &q, &[("HTTP_RANGE", "bytes=5-")]);
+    assert_eq!((r.status, error_code(&r).as_str()), (416, "plage_invalide"));
+
+    let m = s.call(
+        &[
+            ("REQUEST_METHOD", "GET"),
+            ("REQUEST_URI", "/.well-known/oauth-protected-resource"),
+            ("SCRIPT_NAME", "/.well-known/oauth-protected-resource"),
+        ],
+        b"",
+    );
+    assert_eq!(json(&m)["resource"], "https://depot.test/mcp.php");
+}
+
+#[test]
+fn expiry_by_inactivity_and_by_age_with_second_scale_delays() {
+    let s = Server::start(
+        "duree_inactivite_secondes = 2\nduree_max_depot_secondes = 4\nbalayage_intervalle_min_ms = 0",
+    );
+    assert_eq!(s.upload("garde.txt", b"x").status, 200);
+    assert_eq!(s.upload("oublie.txt", b"y").status, 200);
+    let sc: Value =
+        serde_json::from_slice(&std::fs::read(s.files().join(".meta/garde.txt.json")).unwrap())
+            .unwrap();
+    assert_eq!(sc["nom_original"], "garde.txt");
+    assert_eq!(sc["taille_octets"], 1);
+    assert!(sc["depot_timestamp"].as_i64().unwrap() > 1_700_000_000);
+    // Keep "garde" alive by downloading it every second; nobody asks for "oublie".
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(3300) {
+        assert_eq!(s.download("garde.txt").status, 200);
+        std::thread::sleep(Duration::from_millis(900));
+    }
+    // A request about something else: the sweep removed "oublie" (inactive > 2 s).
+    assert_eq!(s.get("GET", "fichier=autre&token=x", &[]).status, 401);
+    assert!(!s.files().join("oublie.txt").exists());
+    assert!(!s.files().join(".meta/oublie.txt.json").exists());
+    assert!(s.files().join("garde.txt").exists());
+    // "garde" is downloaded regularly, but its age passes 4 s: gone too.
+    while start.elapsed() < Duration::from_millis(5300) {
+        let r = s.download("garde.txt");
+        if r.status == 404 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(s.download("garde.txt").status, 404);
+    assert_eq!(entries(&s.files()), [".meta", ".tmp"]);
+    assert!(entries(&s.files().join(".meta")).is_empty());
+}
+
+#[test]
+fn a_client_that_disconnects_mid_upload_leaves_nothing() {
+    let s = Server::start("");
+    let data = common::bytes(4 << 20, 9);
+    let body = multipart("coupe.bin", &data);
+    {
+        let mut c = FcgiClient::unix(&s.socket).unwrap();
+        c.send_begin(1, 1, 0).unwrap();
+        let ct = format!("multipart/form-data; boundary={BOUNDARY}");
+        let auth = format!("Bearer {TOKEN}");
+        c.send_params(
+            1,
+            &[
+                ("REQUEST_METHOD", "POST"),
+                ("SCRIPT_NAME", "/upload.php"),
+                ("CONTENT_TYPE", &ct),
+                ("HTTP_AUTHORIZATION", &auth),
+            ],
+        )
+        .unwrap();
+        c.send_params(1, &[]).unwrap();
+        // Half the body, then the connection is dropped.
+        for chunk in body[..body.len() / 2].chunks(8192) {
+            c.send_record(5, 1, chunk).unwrap();
+        }
+    }
+    // The server is still there, and the half upload left no trace once it noticed.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = s.get("GET", &format!("fichier=coupe.bin&token={TOKEN}"), &[]);
+        assert_eq!(r.status, 404);
+        if no_part_files(&s.files()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a .part file was left behind");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(entries(&s.files()), [".meta", ".tmp"]);
+    assert_eq!(s.upload("ensuite.txt", b"ok").status, 200);
+}

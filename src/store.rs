@@ -44,6 +44,29 @@ const DEADLINE_MARKER: &str = "echeance";
 const FORCED_SCAN_SECS: i64 = 60;
 const PART_SUFFIX: &str = ".part";
 
+/// TEST ONLY (feature `injection-pannes`): stops the process with SIGSTOP at the named point of
+/// a publication when the environment variable `DEPOT_FICHIERS_TEST_PAUSE` (read once) names it,
+/// so that a test can SIGKILL it exactly there. Points: `pendant-ecriture` (after the first
+/// chunk of an upload is written), `avant-renommage` (sidecar temporary written, store lock held,
+/// nothing renamed), `entre-renommages` (sidecar renamed, file not yet), `apres-renommage` (both
+/// renamed, store lock still held). Without the feature this is an empty inline function.
+#[cfg(feature = "injection-pannes")]
+fn pause_point(point: &str) {
+    static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let wanted = WANTED.get_or_init(|| std::env::var("DEPOT_FICHIERS_TEST_PAUSE").ok());
+    if wanted.as_deref() == Some(point) {
+        eprintln!("depot-fichiers : pause de test « {point} »");
+        let _ = rustix::process::kill_process(
+            rustix::process::getpid(),
+            rustix::process::Signal::STOP,
+        );
+    }
+}
+
+#[cfg(not(feature = "injection-pannes"))]
+#[inline(always)]
+fn pause_point(_point: &str) {}
+
 /// The sidecar `.meta/<name>.json`, written once per upload and never rewritten.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sidecar {
@@ -651,6 +674,9 @@ impl Upload {
         let f = self.file.as_mut().expect("upload already published");
         f.write_all(data)?;
         self.hasher.update(data);
+        if self.written == 0 && total > 0 {
+            pause_point("pendant-ecriture");
+        }
         self.written = total;
         Ok(())
     }
@@ -713,8 +739,11 @@ impl Upload {
                         )));
                     }
                 }
+                pause_point("avant-renommage");
                 std::fs::rename(&sc_part, store.sidecar_path(name))?;
+                pause_point("entre-renommages");
                 std::fs::rename(&self.part, store.file_path(name))?;
+                pause_point("apres-renommage");
                 Ok(())
             })();
             let _ = lock.unlock();

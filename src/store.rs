@@ -56,10 +56,8 @@ fn pause_point(point: &str) {
     let wanted = WANTED.get_or_init(|| std::env::var("DEPOT_FICHIERS_TEST_PAUSE").ok());
     if wanted.as_deref() == Some(point) {
         eprintln!("depot-fichiers : pause de test « {point} »");
-        let _ = rustix::process::kill_process(
-            rustix::process::getpid(),
-            rustix::process::Signal::STOP,
-        );
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
     }
 }
 
@@ -710,17 +708,23 @@ impl Upload {
                 .trim_end_matches(PART_SUFFIX)
         ));
         let result = (|| -> Result<(), StoreError> {
-            {
-                let mut sc = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&sc_part)?;
-                // Held like the data file: the sweep leaves it alone while we live.
-                sc.lock()?;
-                sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
-                sc.sync_all()?;
-            }
+            // Created and locked under the shared store lock, like the data file (see
+            // `begin_upload`): a sweep probes `.part` locks under the exclusive lock, so it can
+            // never catch this file between its creation and its lock.
+            let store_lock = store.lock_file()?;
+            store_lock.lock_shared()?;
+            let created = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&sc_part)
+                .and_then(|f| f.lock().map(|()| f));
+            let _ = store_lock.unlock();
+            // Held (open, hence locked) until the end of the renames, like the data file: the
+            // sweep leaves it alone while we live.
+            let mut sc = created?;
+            sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
+            sc.sync_all()?;
             let lock = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -747,6 +751,7 @@ impl Upload {
                 Ok(())
             })();
             let _ = lock.unlock();
+            drop(sc);
             inner
         })();
         if let Err(e) = result {
@@ -999,6 +1004,41 @@ mod tests {
         up.write(b" still fine").unwrap();
         let p = up.publish(&store, &Name::parse(b"ok").unwrap()).unwrap();
         assert_eq!(p.sidecar.taille_octets, 22);
+    }
+
+    /// Found by the stress test: the sidecar's `.part` was created outside the store lock, so a
+    /// concurrent sweep could find it before its writer locked it, take it for a dead writer's
+    /// leftover and remove it — the upload then failed with ENOENT (500).
+    #[test]
+    fn sweep_never_removes_a_publication_in_progress() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sweeper = {
+            let (stop, root) = (stop.clone(), d.path().to_path_buf());
+            std::thread::spawn(move || {
+                let (_, store) = test_store(&root, "");
+                while !stop.load(Ordering::Relaxed) {
+                    store.remove_dead_temporaries(false).unwrap();
+                }
+            })
+        };
+        let name = Name::parse(b"x").unwrap();
+        let start = std::time::Instant::now();
+        let mut failures = 0;
+        let mut n = 0;
+        while start.elapsed() < Duration::from_secs(3) {
+            let mut up = store.begin_upload().unwrap();
+            up.write(b"data").unwrap();
+            if let Err(e) = up.publish(&store, &name) {
+                failures += 1;
+                eprintln!("publication {n} failed: {e}");
+            }
+            n += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        sweeper.join().unwrap();
+        assert_eq!(failures, 0, "{failures} of {n} publications failed");
     }
 
     #[test]

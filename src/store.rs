@@ -71,6 +71,19 @@ pub struct Sidecar {
     pub nom_original: String,
     pub depot_timestamp: i64,
     pub taille_octets: u64,
+    /// Inode number of the file this sidecar was written for (rename keeps it). It tells a
+    /// mixed pair apart exactly, even when the old and new versions have the same size (a writer
+    /// killed between its two renames leaves the new sidecar next to the old file). Absent from
+    /// sidecars written before it existed: those are matched on the size alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+}
+
+impl Sidecar {
+    /// Does this sidecar belong to the file with this size and inode?
+    fn matches(&self, size: u64, ino: u64) -> bool {
+        self.taille_octets == size && self.inode.is_none_or(|i| i == ino)
+    }
 }
 
 /// Errors of the store, mapped to HTTP by the callers.
@@ -402,7 +415,7 @@ impl Store {
             (None, Some(s)) => (self.orphan_verdict(s.mtime(), now), true, false),
             (Some(f), Some(_)) => {
                 let v = match read_sidecar(&sidecar_path) {
-                    Some(sc) if sc.taille_octets == f.size() && f.is_file() => {
+                    Some(sc) if sc.matches(f.size(), f.ino()) && f.is_file() => {
                         if self.expired(&sc, f.mtime(), now) {
                             Verdict::Remove
                         } else {
@@ -506,7 +519,7 @@ impl Store {
         let found = match (file, sidecar) {
             (Some(file), Some(sc)) => {
                 let m = file.metadata()?;
-                if m.is_file() && m.len() == sc.taille_octets && !self.expired(&sc, m.mtime(), now)
+                if m.is_file() && sc.matches(m.len(), m.ino()) && !self.expired(&sc, m.mtime(), now)
                 {
                     Some(Found {
                         size: m.len(),
@@ -698,6 +711,7 @@ impl Upload {
             nom_original: name.as_str().to_string(),
             depot_timestamp: depot,
             taille_octets: self.written,
+            inode: Some(file.metadata()?.ino()),
         };
         // The sidecar is written under its own temporary name, then renamed too.
         let sc_part = PathBuf::from(format!(
@@ -885,6 +899,7 @@ mod tests {
             nom_original: "old".into(),
             depot_timestamp: now_secs() - 1001,
             taille_octets: 1,
+            inode: None,
         };
         std::fs::write(
             d.path().join("files/.meta/old.json"),
@@ -963,6 +978,7 @@ mod tests {
             nom_original: "v".into(),
             depot_timestamp: now_secs(),
             taille_octets: 3,
+            inode: None,
         };
         std::fs::write(
             d.path().join("files/.meta/v.json"),

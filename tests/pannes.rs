@@ -33,12 +33,21 @@ fn faulty_binary() -> PathBuf {
     }
     let target = common::repo().join("target/injection-pannes");
     let st = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--features", "injection-pannes", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "--features",
+            "injection-pannes",
+            "--target-dir",
+        ])
         .arg(&target)
         .current_dir(common::repo())
         .status()
         .unwrap();
-    assert!(st.success(), "cargo build --features injection-pannes failed");
+    assert!(
+        st.success(),
+        "cargo build --features injection-pannes failed"
+    );
     target.join("release/depot-fichiers")
 }
 
@@ -65,7 +74,10 @@ impl Proc {
         let t = Instant::now();
         while FcgiClient::unix(&sock).is_err() {
             assert!(guard.is_running(), "{tag} exited: {}", read(&out));
-            assert!(t.elapsed() < Duration::from_secs(10), "{tag} never listened");
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{tag} never listened"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Proc { guard, sock, out }
@@ -206,7 +218,8 @@ fn sigkill_at_every_point_of_a_publication() {
                 assert_eq!(r.status, 200, "{}", r.text());
             }
             let mut victim = Proc::start(&state, &faulty, "victime", Some(point));
-            let (sock, tok, nm, data) = (victim.sock.clone(), token.clone(), name.clone(), v2.clone());
+            let (sock, tok, nm, data) =
+                (victim.sock.clone(), token.clone(), name.clone(), v2.clone());
             let client = std::thread::spawn(move || {
                 let (ct, body) = multipart(&nm, &data);
                 let auth = format!("Bearer {tok}");
@@ -227,7 +240,10 @@ fn sigkill_at_every_point_of_a_publication() {
             victim.guard.child.kill().unwrap();
             victim.guard.child.wait().unwrap();
             let r = client.join().unwrap();
-            assert!(r.is_err() || r.as_ref().unwrap().status == 0, "{point}: the killed upload got an answer");
+            assert!(
+                r.is_err() || r.as_ref().unwrap().status == 0,
+                "{point}: the killed upload got an answer"
+            );
 
             // The next request (any process) must see a consistent store.
             let r = healthy.get(&token, &name);
@@ -252,7 +268,10 @@ fn sigkill_at_every_point_of_a_publication() {
             if *point == "entre-renommages" && !existing {
                 // A sidecar without file: an orphan, never served, removed once older than
                 // duree_max_depot_secondes.
-                assert!(state.sidecar(&name).exists(), "{ctx}: young orphan removed early");
+                assert!(
+                    state.sidecar(&name).exists(),
+                    "{ctx}: young orphan removed early"
+                );
             }
         }
     }
@@ -317,13 +336,21 @@ fn client_disconnects_mid_upload_and_mid_download() {
     while !parts(&state).is_empty() && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(parts(&state), Vec::<String>::new(), "the cut upload left its .part");
+    assert_eq!(
+        parts(&state),
+        Vec::<String>::new(),
+        "the cut upload left its .part"
+    );
     assert!(!state.files().join("coupe.bin").exists());
     assert!(!state.sidecar("coupe.bin").exists());
     let r = p.get(&token, "gros.bin");
     assert_eq!(r.status, 200);
     assert!(r.body == big);
-    assert!(p.guard.child.try_wait().unwrap().is_none(), "{}", read(&p.out));
+    assert!(
+        p.guard.child.try_wait().unwrap().is_none(),
+        "{}",
+        read(&p.out)
+    );
 }
 
 /// A tmpfs mounted on `dir`, unmounted on drop.
@@ -336,7 +363,13 @@ impl Mount {
             "ce test monte un tmpfs : le lancer en root (sudo ./tests/run), comme la CI"
         );
         let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(dir)
             .status()
             .unwrap();
@@ -391,7 +424,8 @@ fn read_only_store_answers_500_and_logs() {
     assert_eq!(v["erreur"], "erreur_interne");
     let log = read(&state.log_file());
     assert!(
-        log.lines().any(|l| l.contains("erreur interne") && l.contains("Read-only")),
+        log.lines()
+            .any(|l| l.contains("erreur interne") && l.contains("Read-only")),
         "no log line for the read-only store:\n{log}"
     );
     assert!(p.guard.child.try_wait().unwrap().is_none());
@@ -433,7 +467,10 @@ fn authorization_server_faults_answer_503_in_time() {
             &[
                 ("oauth_introspection_url", &format!("{url:?}")),
                 ("oauth_client_id", &format!("{:?}", intro::CLIENT_ID)),
-                ("oauth_client_secret", &format!("{:?}", intro::CLIENT_SECRET)),
+                (
+                    "oauth_client_secret",
+                    &format!("{:?}", intro::CLIENT_SECRET),
+                ),
                 ("mcp_resource_url", &format!("{RESOURCE:?}")),
                 ("oauth_delai_max_secondes", "1"),
             ],
@@ -459,7 +496,10 @@ fn authorization_server_faults_answer_503_in_time() {
         assert_eq!(r.status, 503, "{token}: {}", r.text());
         assert!(r.header("Retry-After").is_some(), "{token}");
         assert!(r.header("WWW-Authenticate").is_none(), "{token}");
-        assert!(took < Duration::from_millis(2500), "{token}: answered after {took:?}");
+        assert!(
+            took < Duration::from_millis(2500),
+            "{token}: answered after {took:?}"
+        );
         let log = read(&state.log_file());
         assert!(!log.is_empty(), "{token}: no log line");
         drop(p);

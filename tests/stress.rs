@@ -41,8 +41,17 @@ use common::{Guard, State, bytes, free_port};
 use introspection::{self as intro, IntrospectionServer};
 use sha2::{Digest, Sha256};
 
-/// Names shared by all clients (one with a space, one non-ASCII).
-const NAMES: &[&str] = &["a.bin", "b.bin", "c d.txt", "é.dat"];
+/// Names shared by all clients (one with a space, one non-ASCII). The last [`RARE`] are seldom
+/// uploaded but often read: they expire by age while being read, so expiry is exercised too.
+const NAMES: &[&str] = &[
+    "a.bin",
+    "b.bin",
+    "c d.txt",
+    "é.dat",
+    "rare1.bin",
+    "rare 2.bin",
+];
+const RARE: usize = 2;
 /// Few sizes, so that a new version often has the size of the one it replaces.
 const SIZES: &[usize] = &[1000, 4096, 65_536, 100_000, 200_000];
 const IDLE: i64 = 1;
@@ -322,7 +331,10 @@ impl Run {
             let name = rng.below(NAMES.len());
             let pick = rng.below(64);
             match rng.below(100) {
-                0..25 => self.upload(pick, name, &mut rng),
+                0..25 if name < NAMES.len() - RARE || rng.below(25) == 0 => {
+                    self.upload(pick, name, &mut rng)
+                }
+                0..25 => self.read(pick, name, Kind::Get, &mut rng),
                 25..55 => self.read(pick, name, Kind::Get, &mut rng),
                 55..75 => self.read(pick, name, Kind::Range, &mut rng),
                 _ => self.mcp(pick, name),
@@ -512,7 +524,10 @@ impl Run {
             Err(e) => return h.violation(format!("MCP reply not JSON: {e}")),
         };
         if v["error"]["code"] == -32000 {
-            return; // missing or expired
+            // Missing or expired: counted as a 404, not a 200.
+            *h.statuses.entry((Kind::Mcp, 200)).or_default() -= 1;
+            *h.statuses.entry((Kind::Mcp, 404)).or_default() += 1;
+            return;
         }
         let sc = &v["result"]["structuredContent"];
         let Some(data) = sc["contenu_base64"]
@@ -740,7 +755,7 @@ fn stress(label: &str, target: Target, token: &str, files: &Path, config: &Path,
             .map(|(_, n)| n)
             .sum();
         report.push_str(&format!(
-            "   {kind:?}: {total} requests ({}), {} bytes\n",
+            "   {kind:?}: {total} answers ({}), {} bytes\n",
             by.join(", "),
             h.bytes.get(&kind).copied().unwrap_or(0)
         ));

@@ -44,12 +44,46 @@ const DEADLINE_MARKER: &str = "echeance";
 const FORCED_SCAN_SECS: i64 = 60;
 const PART_SUFFIX: &str = ".part";
 
+/// TEST ONLY (feature `injection-pannes`): stops the process with SIGSTOP at the named point of
+/// a publication when the environment variable `DEPOT_FICHIERS_TEST_PAUSE` (read once) names it,
+/// so that a test can SIGKILL it exactly there. Points: `pendant-ecriture` (after the first
+/// chunk of an upload is written), `avant-renommage` (sidecar temporary written, store lock held,
+/// nothing renamed), `entre-renommages` (sidecar renamed, file not yet), `apres-renommage` (both
+/// renamed, store lock still held). Without the feature this is an empty inline function.
+#[cfg(feature = "injection-pannes")]
+fn pause_point(point: &str) {
+    static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let wanted = WANTED.get_or_init(|| std::env::var("DEPOT_FICHIERS_TEST_PAUSE").ok());
+    if wanted.as_deref() == Some(point) {
+        eprintln!("depot-fichiers : pause de test « {point} »");
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+    }
+}
+
+#[cfg(not(feature = "injection-pannes"))]
+#[inline(always)]
+fn pause_point(_point: &str) {}
+
 /// The sidecar `.meta/<name>.json`, written once per upload and never rewritten.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sidecar {
     pub nom_original: String,
     pub depot_timestamp: i64,
     pub taille_octets: u64,
+    /// Inode number of the file this sidecar was written for (rename keeps it). It tells a
+    /// mixed pair apart exactly, even when the old and new versions have the same size (a writer
+    /// killed between its two renames leaves the new sidecar next to the old file). Absent from
+    /// sidecars written before it existed: those are matched on the size alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+}
+
+impl Sidecar {
+    /// Does this sidecar belong to the file with this size and inode?
+    fn matches(&self, size: u64, ino: u64) -> bool {
+        self.taille_octets == size && self.inode.is_none_or(|i| i == ino)
+    }
 }
 
 /// Errors of the store, mapped to HTTP by the callers.
@@ -381,7 +415,7 @@ impl Store {
             (None, Some(s)) => (self.orphan_verdict(s.mtime(), now), true, false),
             (Some(f), Some(_)) => {
                 let v = match read_sidecar(&sidecar_path) {
-                    Some(sc) if sc.taille_octets == f.size() && f.is_file() => {
+                    Some(sc) if sc.matches(f.size(), f.ino()) && f.is_file() => {
                         if self.expired(&sc, f.mtime(), now) {
                             Verdict::Remove
                         } else {
@@ -485,7 +519,7 @@ impl Store {
         let found = match (file, sidecar) {
             (Some(file), Some(sc)) => {
                 let m = file.metadata()?;
-                if m.is_file() && m.len() == sc.taille_octets && !self.expired(&sc, m.mtime(), now)
+                if m.is_file() && sc.matches(m.len(), m.ino()) && !self.expired(&sc, m.mtime(), now)
                 {
                     Some(Found {
                         size: m.len(),
@@ -651,6 +685,9 @@ impl Upload {
         let f = self.file.as_mut().expect("upload already published");
         f.write_all(data)?;
         self.hasher.update(data);
+        if self.written == 0 && total > 0 {
+            pause_point("pendant-ecriture");
+        }
         self.written = total;
         Ok(())
     }
@@ -674,6 +711,7 @@ impl Upload {
             nom_original: name.as_str().to_string(),
             depot_timestamp: depot,
             taille_octets: self.written,
+            inode: Some(file.metadata()?.ino()),
         };
         // The sidecar is written under its own temporary name, then renamed too.
         let sc_part = PathBuf::from(format!(
@@ -684,17 +722,23 @@ impl Upload {
                 .trim_end_matches(PART_SUFFIX)
         ));
         let result = (|| -> Result<(), StoreError> {
-            {
-                let mut sc = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&sc_part)?;
-                // Held like the data file: the sweep leaves it alone while we live.
-                sc.lock()?;
-                sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
-                sc.sync_all()?;
-            }
+            // Created and locked under the shared store lock, like the data file (see
+            // `begin_upload`): a sweep probes `.part` locks under the exclusive lock, so it can
+            // never catch this file between its creation and its lock.
+            let store_lock = store.lock_file()?;
+            store_lock.lock_shared()?;
+            let created = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&sc_part)
+                .and_then(|f| f.lock().map(|()| f));
+            let _ = store_lock.unlock();
+            // Held (open, hence locked) until the end of the renames, like the data file: the
+            // sweep leaves it alone while we live.
+            let mut sc = created?;
+            sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
+            sc.sync_all()?;
             let lock = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -713,11 +757,15 @@ impl Upload {
                         )));
                     }
                 }
+                pause_point("avant-renommage");
                 std::fs::rename(&sc_part, store.sidecar_path(name))?;
+                pause_point("entre-renommages");
                 std::fs::rename(&self.part, store.file_path(name))?;
+                pause_point("apres-renommage");
                 Ok(())
             })();
             let _ = lock.unlock();
+            drop(sc);
             inner
         })();
         if let Err(e) = result {
@@ -851,6 +899,7 @@ mod tests {
             nom_original: "old".into(),
             depot_timestamp: now_secs() - 1001,
             taille_octets: 1,
+            inode: None,
         };
         std::fs::write(
             d.path().join("files/.meta/old.json"),
@@ -929,6 +978,7 @@ mod tests {
             nom_original: "v".into(),
             depot_timestamp: now_secs(),
             taille_octets: 3,
+            inode: None,
         };
         std::fs::write(
             d.path().join("files/.meta/v.json"),
@@ -970,6 +1020,41 @@ mod tests {
         up.write(b" still fine").unwrap();
         let p = up.publish(&store, &Name::parse(b"ok").unwrap()).unwrap();
         assert_eq!(p.sidecar.taille_octets, 22);
+    }
+
+    /// Found by the stress test: the sidecar's `.part` was created outside the store lock, so a
+    /// concurrent sweep could find it before its writer locked it, take it for a dead writer's
+    /// leftover and remove it — the upload then failed with ENOENT (500).
+    #[test]
+    fn sweep_never_removes_a_publication_in_progress() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sweeper = {
+            let (stop, root) = (stop.clone(), d.path().to_path_buf());
+            std::thread::spawn(move || {
+                let (_, store) = test_store(&root, "");
+                while !stop.load(Ordering::Relaxed) {
+                    store.remove_dead_temporaries(false).unwrap();
+                }
+            })
+        };
+        let name = Name::parse(b"x").unwrap();
+        let start = std::time::Instant::now();
+        let mut failures = 0;
+        let mut n = 0;
+        while start.elapsed() < Duration::from_secs(3) {
+            let mut up = store.begin_upload().unwrap();
+            up.write(b"data").unwrap();
+            if let Err(e) = up.publish(&store, &name) {
+                failures += 1;
+                eprintln!("publication {n} failed: {e}");
+            }
+            n += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        sweeper.join().unwrap();
+        assert_eq!(failures, 0, "{failures} of {n} publications failed");
     }
 
     #[test]

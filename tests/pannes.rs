@@ -1,0 +1,507 @@
+//! Crashes and faults, against real processes of the binary (`--listen unix:`, FastCGI):
+//! - SIGKILL at precise points of a publication (`DEPOT_FICHIERS_TEST_PAUSE`, feature
+//!   `injection-pannes`: the process stops itself there, the test kills it), then the store must be
+//!   consistent after the next request: no mixed pair served, no `.part` left, orphans per §4;
+//! - a client that disconnects mid-upload and mid-download;
+//! - a full disk (2 MiB tmpfs) → 507 `stockage_plein`, nothing half-written;
+//! - a read-only store → 500 `erreur_interne` and a log line;
+//! - an unwritable log folder → requests still served, the problem on stderr;
+//! - the authorization server down, slow, or answering garbage → 503 + `Retry-After`, no
+//!   `WWW-Authenticate`, within `oauth_delai_max_secondes`.
+//!
+//! The tmpfs cases need root (CI runs `tests/run` as root): without it they fail, saying so.
+//! Without the feature (`cargo test` alone), the crash test builds a binary with it.
+
+mod common;
+#[path = "common/introspection.rs"]
+mod introspection;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::fcgi::{FcgiClient, FcgiResponse, ROLE_RESPONDER};
+use common::{Guard, State, bytes, free_port, is_root};
+use introspection::{self as intro, IntrospectionServer};
+
+const RESOURCE: &str = "https://depot.test/mcp.php";
+
+/// The binary with the fault-injection points compiled in.
+fn faulty_binary() -> PathBuf {
+    if cfg!(feature = "injection-pannes") {
+        return common::binary();
+    }
+    let target = common::repo().join("target/injection-pannes");
+    let st = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--features",
+            "injection-pannes",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .current_dir(common::repo())
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "cargo build --features injection-pannes failed"
+    );
+    target.join("release/depot-fichiers")
+}
+
+struct Proc {
+    guard: Guard,
+    sock: PathBuf,
+    out: PathBuf,
+}
+
+impl Proc {
+    fn start(state: &State, bin: &Path, tag: &str, pause: Option<&str>) -> Proc {
+        let sock = state.root.join(format!("run/{tag}.sock"));
+        let out = state.root.join(format!("run/{tag}.out"));
+        let mut c = Command::new(bin);
+        c.arg("--config")
+            .arg(state.config())
+            .arg("--listen")
+            .arg(format!("unix:{}", sock.display()));
+        match pause {
+            Some(p) => c.env("DEPOT_FICHIERS_TEST_PAUSE", p),
+            None => c.env_remove("DEPOT_FICHIERS_TEST_PAUSE"),
+        };
+        let mut guard = Guard::spawn("depot-fichiers --listen", c, &out);
+        let t = Instant::now();
+        while FcgiClient::unix(&sock).is_err() {
+            assert!(guard.is_running(), "{tag} exited: {}", read(&out));
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{tag} never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Proc { guard, sock, out }
+    }
+
+    fn pid(&self) -> i32 {
+        self.guard.child.id() as i32
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        script: &str,
+        query: &str,
+        extra: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<FcgiResponse> {
+        let uri = format!("{script}?{query}");
+        let len = body.len().to_string();
+        let mut p = vec![
+            ("REQUEST_METHOD", method),
+            ("SCRIPT_NAME", script),
+            ("REQUEST_URI", uri.as_str()),
+            ("QUERY_STRING", query),
+            ("CONTENT_LENGTH", len.as_str()),
+            ("SERVER_NAME", "127.0.0.1"),
+            ("SERVER_PORT", "80"),
+        ];
+        p.extend_from_slice(extra);
+        FcgiClient::unix(&self.sock)?.request(&p, body)
+    }
+
+    fn upload(&self, token: &str, name: &str, data: &[u8]) -> std::io::Result<FcgiResponse> {
+        let (ct, body) = multipart(name, data);
+        let auth = format!("Bearer {token}");
+        self.request(
+            "POST",
+            "/upload.php",
+            "",
+            &[("CONTENT_TYPE", &ct), ("HTTP_AUTHORIZATION", &auth)],
+            &body,
+        )
+    }
+
+    fn get(&self, token: &str, name: &str) -> FcgiResponse {
+        self.request(
+            "GET",
+            "/download.php",
+            &format!("fichier={name}&token={token}"),
+            &[],
+            b"",
+        )
+        .unwrap()
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn multipart(name: &str, data: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "----depot-pannes-41c2";
+    let mut b = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"{name}\"\r\n\r\n"
+    )
+    .into_bytes();
+    b.extend_from_slice(data);
+    b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), b)
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn parts(state: &State) -> Vec<String> {
+    names(&state.files().join(".tmp"))
+        .into_iter()
+        .filter(|n| n.ends_with(".part"))
+        .collect()
+}
+
+/// Waits until `pid` is stopped (state `T` in /proc/<pid>/stat).
+fn wait_stopped(pid: i32, out: &Path) {
+    let t = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
+        if state == Some(Some('T')) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "process {pid} never reached its pause point ({stat}); stderr: {}",
+            read(out)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGKILL at every point of a publication, over an existing version of the same size (the
+/// hardest case for telling a mixed pair apart) and over a new name.
+#[test]
+fn sigkill_at_every_point_of_a_publication() {
+    let faulty = faulty_binary();
+    let max_age = 3;
+    let state = State::new(
+        free_port(),
+        &[
+            ("duree_max_depot_secondes", "3"),
+            ("duree_inactivite_secondes", "3"),
+            ("balayage_intervalle_min_ms", "0"),
+        ],
+    );
+    let token = state.token.clone();
+    let healthy = Proc::start(&state, &state.bin(), "sain", None);
+    let points = [
+        "pendant-ecriture",
+        "avant-renommage",
+        "entre-renommages",
+        "apres-renommage",
+    ];
+    for (i, point) in points.iter().enumerate() {
+        for existing in [true, false] {
+            let name = format!("f{i}-{existing}");
+            let v1 = bytes(300_000, 1000 + i as u64);
+            let v2 = bytes(300_000, 2000 + i as u64);
+            if existing {
+                let r = healthy.upload(&token, &name, &v1).unwrap();
+                assert_eq!(r.status, 200, "{}", r.text());
+            }
+            let mut victim = Proc::start(&state, &faulty, "victime", Some(point));
+            let (sock, tok, nm, data) =
+                (victim.sock.clone(), token.clone(), name.clone(), v2.clone());
+            let client = std::thread::spawn(move || {
+                let (ct, body) = multipart(&nm, &data);
+                let auth = format!("Bearer {tok}");
+                FcgiClient::unix(&sock).and_then(|mut c| {
+                    c.request(
+                        &[
+                            ("REQUEST_METHOD", "POST"),
+                            ("SCRIPT_NAME", "/upload.php"),
+                            ("CONTENT_TYPE", &ct),
+                            ("CONTENT_LENGTH", &body.len().to_string()),
+                            ("HTTP_AUTHORIZATION", &auth),
+                        ],
+                        &body,
+                    )
+                })
+            });
+            wait_stopped(victim.pid(), &victim.out);
+            victim.guard.child.kill().unwrap();
+            victim.guard.child.wait().unwrap();
+            let r = client.join().unwrap();
+            assert!(
+                r.is_err() || r.as_ref().unwrap().status == 0,
+                "{point}: the killed upload got an answer"
+            );
+
+            // The next request (any process) must see a consistent store.
+            let r = healthy.get(&token, &name);
+            let ctx = format!("{point}, existing={existing}");
+            match (*point, existing) {
+                ("apres-renommage", _) => {
+                    assert_eq!(r.status, 200, "{ctx}");
+                    assert!(r.body == v2, "{ctx}: not the new version");
+                }
+                (_, true) if *point != "entre-renommages" => {
+                    assert_eq!(r.status, 200, "{ctx}");
+                    assert!(r.body == v1, "{ctx}: not the old version");
+                }
+                ("entre-renommages", true) => {
+                    // New sidecar, old file of the same size: a mixed pair, never served.
+                    assert_eq!(r.status, 404, "{ctx}: a mixed pair was served");
+                }
+                _ => assert_eq!(r.status, 404, "{ctx}"),
+            }
+            // The dead writer's temporaries went with that request's sweep.
+            assert_eq!(parts(&state), Vec::<String>::new(), "{ctx}: .part left");
+            if *point == "entre-renommages" && !existing {
+                // A sidecar without file: an orphan, never served, removed once older than
+                // duree_max_depot_secondes.
+                assert!(
+                    state.sidecar(&name).exists(),
+                    "{ctx}: young orphan removed early"
+                );
+            }
+        }
+    }
+    // Past every delay, one request leaves nothing behind.
+    std::thread::sleep(Duration::from_secs(max_age + 2));
+    assert_eq!(healthy.get(&token, "absent").status, 404);
+    assert_eq!(names(&state.files()), [".meta", ".tmp"]);
+    assert_eq!(names(&state.meta()), Vec::<String>::new());
+    assert_eq!(parts(&state), Vec::<String>::new());
+}
+
+/// A client that goes away mid-upload or mid-download leaves nothing and does not hurt the server.
+#[test]
+fn client_disconnects_mid_upload_and_mid_download() {
+    let state = State::new(free_port(), &[("balayage_intervalle_min_ms", "0")]);
+    let token = state.token.clone();
+    let mut p = Proc::start(&state, &state.bin(), "p", None);
+    let big = bytes(8 << 20, 7);
+    assert_eq!(p.upload(&token, "gros.bin", &big).unwrap().status, 200);
+
+    // Mid-upload: half the body, then the connection is closed.
+    let (ct, body) = multipart("coupe.bin", &bytes(4 << 20, 8));
+    {
+        let mut c = FcgiClient::unix(&p.sock).unwrap();
+        c.send_begin(1, ROLE_RESPONDER, 0).unwrap();
+        let len = body.len().to_string();
+        let auth = format!("Bearer {token}");
+        c.send_params(
+            1,
+            &[
+                ("REQUEST_METHOD", "POST"),
+                ("SCRIPT_NAME", "/upload.php"),
+                ("CONTENT_TYPE", &ct),
+                ("CONTENT_LENGTH", &len),
+                ("HTTP_AUTHORIZATION", &auth),
+            ],
+        )
+        .unwrap();
+        c.send_stdin(1, &body[..body.len() / 2]).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Mid-download: a few records read, then the connection is closed.
+    {
+        let mut c = FcgiClient::unix(&p.sock).unwrap();
+        c.send_begin(1, ROLE_RESPONDER, 0).unwrap();
+        let q = format!("fichier=gros.bin&token={token}");
+        c.send_params(
+            1,
+            &[
+                ("REQUEST_METHOD", "GET"),
+                ("SCRIPT_NAME", "/download.php"),
+                ("QUERY_STRING", &q),
+            ],
+        )
+        .unwrap();
+        c.send_stdin(1, b"").unwrap();
+        for _ in 0..3 {
+            c.read_record().unwrap();
+        }
+    }
+    let t = Instant::now();
+    while !parts(&state).is_empty() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        parts(&state),
+        Vec::<String>::new(),
+        "the cut upload left its .part"
+    );
+    assert!(!state.files().join("coupe.bin").exists());
+    assert!(!state.sidecar("coupe.bin").exists());
+    let r = p.get(&token, "gros.bin");
+    assert_eq!(r.status, 200);
+    assert!(r.body == big);
+    assert!(
+        p.guard.child.try_wait().unwrap().is_none(),
+        "{}",
+        read(&p.out)
+    );
+}
+
+/// A tmpfs mounted on `dir`, unmounted on drop.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn tmpfs(dir: &Path, size: &str) -> Mount {
+        assert!(
+            is_root(),
+            "ce test monte un tmpfs : le lancer en root (sudo ./tests/run), comme la CI"
+        );
+        let st = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount tmpfs on {} failed", dir.display());
+        Mount(dir.to_path_buf())
+    }
+    fn read_only(&self) {
+        let st = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(st.success(), "remount ro failed");
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn full_disk_answers_507_and_leaves_nothing() {
+    let state = State::new(free_port(), &[("balayage_intervalle_min_ms", "0")]);
+    let _m = Mount::tmpfs(&state.files(), "2m");
+    let token = state.token.clone();
+    let p = Proc::start(&state, &state.bin(), "p", None);
+    let r = p.upload(&token, "trop.bin", &bytes(3 << 20, 1)).unwrap();
+    assert_eq!(r.status, 507, "{}", r.text());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["erreur"], "stockage_plein");
+    assert_eq!(names(&state.files()), [".meta", ".tmp"]);
+    assert_eq!(names(&state.meta()), Vec::<String>::new());
+    assert_eq!(parts(&state), Vec::<String>::new());
+    // The space is back: a small upload goes through.
+    let r = p.upload(&token, "petit.bin", &bytes(1000, 2)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn read_only_store_answers_500_and_logs() {
+    let state = State::new(free_port(), &[("balayage_intervalle_min_ms", "0")]);
+    let m = Mount::tmpfs(&state.files(), "4m");
+    let token = state.token.clone();
+    let mut p = Proc::start(&state, &state.bin(), "p", None);
+    assert_eq!(p.upload(&token, "avant.bin", b"x").unwrap().status, 200);
+    m.read_only();
+    let r = p.upload(&token, "ro.bin", &bytes(1000, 3)).unwrap();
+    assert_eq!(r.status, 500, "{}", r.text());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["erreur"], "erreur_interne");
+    let log = read(&state.log_file());
+    assert!(
+        log.lines()
+            .any(|l| l.contains("erreur interne") && l.contains("Read-only")),
+        "no log line for the read-only store:\n{log}"
+    );
+    assert!(p.guard.child.try_wait().unwrap().is_none());
+}
+
+#[test]
+fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
+    let state = State::new(free_port(), &[]);
+    let m = Mount::tmpfs(&state.log_dir(), "1m");
+    m.read_only();
+    let token = state.token.clone();
+    let p = Proc::start(&state, &state.bin(), "p", None);
+    let r = p.upload(&token, "a.txt", b"hello").unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = p.get(&token, "a.txt");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"hello");
+    let err = read(&p.out);
+    assert!(
+        err.contains("journal") && err.contains("depot-fichiers.log"),
+        "nothing on stderr about the log: {err:?}"
+    );
+}
+
+/// The authorization server down, slow, or answering garbage: 503 + Retry-After, no
+/// WWW-Authenticate, within oauth_delai_max_secondes (1 s here).
+#[test]
+fn authorization_server_faults_answer_503_in_time() {
+    let is = IntrospectionServer::start(RESOURCE);
+    for (url, token) in [
+        (intro::refused_url(), intro::TOK_ACTIVE),
+        (is.url(), intro::TOK_SLOW),
+        (is.url(), intro::TOK_NOT_JSON),
+        (is.url(), intro::TOK_JSON_ARRAY),
+        (is.url(), intro::TOK_500),
+    ] {
+        let state = State::new(
+            free_port(),
+            &[
+                ("oauth_introspection_url", &format!("{url:?}")),
+                ("oauth_client_id", &format!("{:?}", intro::CLIENT_ID)),
+                (
+                    "oauth_client_secret",
+                    &format!("{:?}", intro::CLIENT_SECRET),
+                ),
+                ("mcp_resource_url", &format!("{RESOURCE:?}")),
+                ("oauth_delai_max_secondes", "1"),
+            ],
+        );
+        let p = Proc::start(&state, &state.bin(), "p", None);
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        let auth = format!("Bearer {token}");
+        let t0 = Instant::now();
+        let r = p
+            .request(
+                "POST",
+                "/mcp.php",
+                "",
+                &[
+                    ("CONTENT_TYPE", "application/json"),
+                    ("HTTP_ACCEPT", "application/json, text/event-stream"),
+                    ("HTTP_AUTHORIZATION", &auth),
+                ],
+                body,
+            )
+            .unwrap();
+        let took = t0.elapsed();
+        assert_eq!(r.status, 503, "{token}: {}", r.text());
+        assert!(r.header("Retry-After").is_some(), "{token}");
+        assert!(r.header("WWW-Authenticate").is_none(), "{token}");
+        assert!(
+            took < Duration::from_millis(2500),
+            "{token}: answered after {took:?}"
+        );
+        let log = read(&state.log_file());
+        assert!(!log.is_empty(), "{token}: no log line");
+        drop(p);
+    }
+}

@@ -41,6 +41,8 @@ pub struct Config {
     pub oauth_delai_max_secondes: f64,
     pub taille_max_log_octets: u64,
     pub nombre_logs_conserves: u32,
+    /// Whole-file downloads are handed to the web server with `X-Sendfile` (mod_xsendfile).
+    pub x_sendfile: bool,
 }
 
 /// What the TOML file may contain; `None` = take the default.
@@ -70,6 +72,7 @@ struct Raw {
     oauth_delai_max_secondes: Option<f64>,
     taille_max_log_octets: Option<u64>,
     nombre_logs_conserves: Option<u32>,
+    x_sendfile: Option<bool>,
 }
 
 /// Every key the file may hold, in the order of the example file.
@@ -97,6 +100,7 @@ pub const KEYS: &[&str] = &[
     "oauth_delai_max_secondes",
     "taille_max_log_octets",
     "nombre_logs_conserves",
+    "x_sendfile",
 ];
 
 const REQUIRED: &[&str] = &[
@@ -330,6 +334,7 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
             r.taille_max_log_octets.unwrap_or(8 * MIB),
         )?,
         nombre_logs_conserves: nombre_logs,
+        x_sendfile: r.x_sendfile.unwrap_or(false),
     })
 }
 
@@ -418,6 +423,7 @@ impl Config {
             "nombre_logs_conserves",
             self.nombre_logs_conserves.to_string(),
         );
+        line("x_sendfile", self.x_sendfile.to_string());
         s
     }
 
@@ -462,6 +468,7 @@ oauth_client_secret = "s3cr3t-s3cr3t"
         assert_eq!(c.oauth_delai_max_secondes, 5.0);
         assert_eq!(c.taille_max_log_octets, 8 * MIB);
         assert_eq!(c.nombre_logs_conserves, 3);
+        assert!(!c.x_sendfile);
         assert!(!c.debug);
     }
 

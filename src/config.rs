@@ -43,6 +43,9 @@ pub struct Config {
     pub nombre_logs_conserves: u32,
     /// Whole-file downloads are handed to the web server with `X-Sendfile` (mod_xsendfile).
     pub x_sendfile: bool,
+    /// Smaller files are still sent by the program (one FastCGI record is cheaper than
+    /// mod_xsendfile's extra work).
+    pub x_sendfile_taille_min_octets: u64,
 }
 
 /// What the TOML file may contain; `None` = take the default.
@@ -73,6 +76,7 @@ struct Raw {
     taille_max_log_octets: Option<u64>,
     nombre_logs_conserves: Option<u32>,
     x_sendfile: Option<bool>,
+    x_sendfile_taille_min_octets: Option<u64>,
 }
 
 /// Every key the file may hold, in the order of the example file.
@@ -101,6 +105,7 @@ pub const KEYS: &[&str] = &[
     "taille_max_log_octets",
     "nombre_logs_conserves",
     "x_sendfile",
+    "x_sendfile_taille_min_octets",
 ];
 
 const REQUIRED: &[&str] = &[
@@ -335,6 +340,7 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
         )?,
         nombre_logs_conserves: nombre_logs,
         x_sendfile: r.x_sendfile.unwrap_or(false),
+        x_sendfile_taille_min_octets: r.x_sendfile_taille_min_octets.unwrap_or(MIB),
     })
 }
 
@@ -424,6 +430,10 @@ impl Config {
             self.nombre_logs_conserves.to_string(),
         );
         line("x_sendfile", self.x_sendfile.to_string());
+        line(
+            "x_sendfile_taille_min_octets",
+            self.x_sendfile_taille_min_octets.to_string(),
+        );
         s
     }
 
@@ -469,6 +479,7 @@ oauth_client_secret = "s3cr3t-s3cr3t"
         assert_eq!(c.taille_max_log_octets, 8 * MIB);
         assert_eq!(c.nombre_logs_conserves, 3);
         assert!(!c.x_sendfile);
+        assert_eq!(c.x_sendfile_taille_min_octets, 1 << 20);
         assert!(!c.debug);
     }
 

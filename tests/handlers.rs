@@ -729,7 +729,7 @@ async fn log_lines_and_no_secret_in_them() {
 
 #[tokio::test]
 async fn x_sendfile_hands_whole_file_downloads_to_the_web_server() {
-    let e = env("x_sendfile = true");
+    let e = env("x_sendfile = true\nx_sendfile_taille_min_octets = 10");
     let up = upload(&e.app, "rapport.pdf", b"0123456789").await;
     assert_eq!(up.status, 200);
     let q = link_query(&up.json());
@@ -762,4 +762,14 @@ async fn x_sendfile_hands_whole_file_downloads_to_the_web_server() {
     // Errors are unchanged.
     let bad = q.replace(TOKEN, "mauvais");
     get(&e.app, "GET", &bad, &[]).await.assert_error(401, "token_invalide");
+}
+
+#[tokio::test]
+async fn x_sendfile_leaves_small_files_to_the_program() {
+    let e = env("x_sendfile = true");
+    let up = upload(&e.app, "petit.txt", b"0123456789").await;
+    let g = get(&e.app, "GET", &link_query(&up.json()), &[]).await;
+    assert_eq!(g.status, 200);
+    assert_eq!(g.header("X-Sendfile"), None, "below x_sendfile_taille_min_octets (1 MiB)");
+    assert_eq!(g.body, b"0123456789");
 }

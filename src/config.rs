@@ -41,6 +41,11 @@ pub struct Config {
     pub oauth_delai_max_secondes: f64,
     pub taille_max_log_octets: u64,
     pub nombre_logs_conserves: u32,
+    /// Whole-file downloads are handed to the web server with `X-Sendfile` (mod_xsendfile).
+    pub x_sendfile: bool,
+    /// Smaller files are still sent by the program (one FastCGI record is cheaper than
+    /// mod_xsendfile's extra work).
+    pub x_sendfile_taille_min_octets: u64,
 }
 
 /// What the TOML file may contain; `None` = take the default.
@@ -70,6 +75,8 @@ struct Raw {
     oauth_delai_max_secondes: Option<f64>,
     taille_max_log_octets: Option<u64>,
     nombre_logs_conserves: Option<u32>,
+    x_sendfile: Option<bool>,
+    x_sendfile_taille_min_octets: Option<u64>,
 }
 
 /// Every key the file may hold, in the order of the example file.
@@ -97,6 +104,8 @@ pub const KEYS: &[&str] = &[
     "oauth_delai_max_secondes",
     "taille_max_log_octets",
     "nombre_logs_conserves",
+    "x_sendfile",
+    "x_sendfile_taille_min_octets",
 ];
 
 const REQUIRED: &[&str] = &[
@@ -330,6 +339,8 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
             r.taille_max_log_octets.unwrap_or(8 * MIB),
         )?,
         nombre_logs_conserves: nombre_logs,
+        x_sendfile: r.x_sendfile.unwrap_or(false),
+        x_sendfile_taille_min_octets: r.x_sendfile_taille_min_octets.unwrap_or(MIB),
     })
 }
 
@@ -418,6 +429,11 @@ impl Config {
             "nombre_logs_conserves",
             self.nombre_logs_conserves.to_string(),
         );
+        line("x_sendfile", self.x_sendfile.to_string());
+        line(
+            "x_sendfile_taille_min_octets",
+            self.x_sendfile_taille_min_octets.to_string(),
+        );
         s
     }
 
@@ -462,6 +478,8 @@ oauth_client_secret = "s3cr3t-s3cr3t"
         assert_eq!(c.oauth_delai_max_secondes, 5.0);
         assert_eq!(c.taille_max_log_octets, 8 * MIB);
         assert_eq!(c.nombre_logs_conserves, 3);
+        assert!(!c.x_sendfile);
+        assert_eq!(c.x_sendfile_taille_min_octets, 1 << 20);
         assert!(!c.debug);
     }
 

@@ -216,7 +216,8 @@ impl Store {
         &self.root
     }
 
-    fn file_path(&self, name: &Name) -> PathBuf {
+    /// Where a stored file lives (`X-Sendfile` gives this path to the web server).
+    pub fn file_path(&self, name: &Name) -> PathBuf {
         self.root.join(name.as_str())
     }
 

@@ -729,3 +729,50 @@ async fn log_lines_and_no_secret_in_them() {
         assert!(line.starts_with('['), "{line}");
     }
 }
+
+#[tokio::test]
+async fn x_sendfile_hands_whole_file_downloads_to_the_web_server() {
+    let e = env("x_sendfile = true\nx_sendfile_taille_min_octets = 10");
+    let up = upload(&e.app, "rapport.pdf", b"0123456789").await;
+    assert_eq!(up.status, 200);
+    let q = link_query(&up.json());
+    let path = e.root.join("files/rapport.pdf");
+
+    set_mtime_ago(&path, 100);
+    let before = mtime(&path);
+    let g = get(&e.app, "GET", &q, &[]).await;
+    assert_eq!(g.status, 200);
+    assert_eq!(g.header("X-Sendfile"), Some(path.to_str().unwrap()));
+    assert!(g.body.is_empty(), "the web server sends the bytes");
+    assert_eq!(g.header("Content-Length"), None, "mod_xsendfile sets it");
+    assert_eq!(g.header("Content-Type"), Some("application/octet-stream"));
+    assert!(g.header("Content-Disposition").is_some());
+    assert!(g.header("ETag").is_some());
+    assert!(mtime(&path) > before, "handing the file over is the download");
+
+    // HEAD and Range requests stay with the program.
+    let h = get(&e.app, "HEAD", &q, &[]).await;
+    assert_eq!(h.header("X-Sendfile"), None);
+    assert_eq!(h.header("Content-Length"), Some("10"));
+    let r = get(&e.app, "GET", &q, &[("HTTP_RANGE", "bytes=2-4")]).await;
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("X-Sendfile"), None);
+    assert_eq!(r.body, b"234");
+    let r = get(&e.app, "GET", &q, &[("HTTP_RANGE", "bytes=0-1,5-6")]).await;
+    assert_eq!((r.status, r.body.len()), (200, 10));
+    assert_eq!(r.header("X-Sendfile"), None);
+
+    // Errors are unchanged.
+    let bad = q.replace(TOKEN, "mauvais");
+    get(&e.app, "GET", &bad, &[]).await.assert_error(401, "token_invalide");
+}
+
+#[tokio::test]
+async fn x_sendfile_leaves_small_files_to_the_program() {
+    let e = env("x_sendfile = true");
+    let up = upload(&e.app, "petit.txt", b"0123456789").await;
+    let g = get(&e.app, "GET", &link_query(&up.json()), &[]).await;
+    assert_eq!(g.status, 200);
+    assert_eq!(g.header("X-Sendfile"), None, "below x_sendfile_taille_min_octets (1 MiB)");
+    assert_eq!(g.body, b"0123456789");
+}

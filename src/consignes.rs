@@ -75,14 +75,14 @@ Dans tous les cas :
 
 /// A duration in French words: "10 minutes", "1h", "1h30", "45 secondes".
 fn duration_fr(secs: u64) -> String {
-    if secs >= 3600 && secs % 60 == 0 {
+    if secs >= 3600 && secs.is_multiple_of(60) {
         let (h, m) = (secs / 3600, (secs % 3600) / 60);
         if m == 0 {
             format!("{h}h")
         } else {
             format!("{h}h{m:02}")
         }
-    } else if secs >= 60 && secs % 60 == 0 {
+    } else if secs >= 60 && secs.is_multiple_of(60) {
         let m = secs / 60;
         format!("{m} minute{}", if m > 1 { "s" } else { "" })
     } else {
@@ -95,7 +95,7 @@ fn size_fr(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("Gio", 1 << 30), ("Mio", 1 << 20), ("Kio", 1 << 10)];
     for (unit, size) in UNITS {
         if bytes >= size {
-            if bytes % size == 0 {
+            if bytes.is_multiple_of(size) {
                 return format!("{} {unit}", bytes / size);
             }
             let tenths = (bytes * 10 + size / 2) / size;

@@ -420,7 +420,12 @@ fn t_multipart(data: &[u8]) -> String {
                 );
             }
         }
-        let message: String = v["message"].as_str().unwrap_or("").chars().take(40).collect();
+        let message: String = v["message"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .take(40)
+            .collect();
         format!("{status} {code} {message}")
     })
 }
@@ -547,7 +552,9 @@ fn names() {
 // headers (`<MCP-Protocol-Version> <Mcp-Method> <Mcp-Name>`, `-` for absent), the rest the body.
 
 fn check_message(v: &Value) {
-    let o = v.as_object().unwrap_or_else(|| panic!("not an object: {v}"));
+    let o = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"));
     assert_eq!(o.get("jsonrpc"), Some(&Value::String("2.0".into())), "{v}");
     assert!(o.contains_key("id"), "{v}");
     match (o.get("result"), o.get("error")) {

@@ -116,7 +116,11 @@ fn save(kind: &str, target: &str, data: &[u8]) -> PathBuf {
     fs::create_dir_all(&dir).unwrap();
     let p = dir.join(format!(
         "{}-{}",
-        if kind == "fuzz-found" { "input" } else { "crash" },
+        if kind == "fuzz-found" {
+            "input"
+        } else {
+            "crash"
+        },
         hash_of(data)
     ));
     fs::write(&p, data).unwrap();
@@ -127,7 +131,9 @@ const INTERESTING_U8: &[u8] = &[
     0, 1, 7, 8, 0x7f, 0x80, 0xff, b'\r', b'\n', b'"', b'\\', b'/', b'%', b'+', b'&', b'=', b';',
     b'.', b'[', b'{', b'-', b' ',
 ];
-const INTERESTING_U16: &[u16] = &[0, 1, 8, 0x7f, 0x80, 0xff, 0x100, 0x7fff, 0x8000, 0xfffe, 0xffff];
+const INTERESTING_U16: &[u16] = &[
+    0, 1, 8, 0x7f, 0x80, 0xff, 0x100, 0x7fff, 0x8000, 0xfffe, 0xffff,
+];
 const INTERESTING_U32: &[u32] = &[
     0,
     1,

@@ -225,7 +225,10 @@ fn assert_api_error(row: &str, r: &FcgiResponse, status: u16, codes: &[&str]) {
     let v = json(r);
     assert_eq!(v["succes"], false, "{row}");
     let code = v["erreur"].as_str().unwrap_or("");
-    assert!(codes.contains(&code), "{row}: code {code}, expected {codes:?}");
+    assert!(
+        codes.contains(&code),
+        "{row}: code {code}, expected {codes:?}"
+    );
 }
 
 /// A JSON-RPC error: HTTP status and JSON-RPC code.
@@ -252,28 +255,37 @@ type Row = (&'static str, fn(&Server));
 
 const TABLE: &[Row] = &[
     // --- FastCGI framing -------------------------------------------------------------------
-    ("PARAMS over 1 MiB → END_REQUEST OVERLOADED, closed", |s| {
-        let mut c = s.client();
-        begin(&mut c);
-        let chunk = vec![b'p'; 65535];
-        for _ in 0..17 {
-            if c.send_record(fcgi::PARAMS, 1, &chunk).is_err() {
-                break;
+    (
+        "PARAMS over 1 MiB → END_REQUEST OVERLOADED, closed",
+        |s| {
+            let mut c = s.client();
+            begin(&mut c);
+            let chunk = vec![b'p'; 65535];
+            for _ in 0..17 {
+                if c.send_record(fcgi::PARAMS, 1, &chunk).is_err() {
+                    break;
+                }
             }
-        }
-        let rec = c.read_record().unwrap().expect("an END_REQUEST");
-        assert_eq!(rec.record_type, fcgi::END_REQUEST);
-        assert_eq!(fcgi::parse_end_request(&rec.content).unwrap().1, fcgi::OVERLOADED);
-        assert_closed("params over 1 MiB", &mut c);
-    }),
-    ("one name-value length of 2 GiB → closed, nothing allocated", |s| {
-        let mut c = s.client();
-        begin(&mut c);
-        c.send_record(fcgi::PARAMS, 1, &[0xff, 0xff, 0xff, 0xff, 0x01, b'a'])
-            .unwrap();
-        c.send_record(fcgi::PARAMS, 1, b"").unwrap();
-        assert_closed("2 GiB name", &mut c);
-    }),
+            let rec = c.read_record().unwrap().expect("an END_REQUEST");
+            assert_eq!(rec.record_type, fcgi::END_REQUEST);
+            assert_eq!(
+                fcgi::parse_end_request(&rec.content).unwrap().1,
+                fcgi::OVERLOADED
+            );
+            assert_closed("params over 1 MiB", &mut c);
+        },
+    ),
+    (
+        "one name-value length of 2 GiB → closed, nothing allocated",
+        |s| {
+            let mut c = s.client();
+            begin(&mut c);
+            c.send_record(fcgi::PARAMS, 1, &[0xff, 0xff, 0xff, 0xff, 0x01, b'a'])
+                .unwrap();
+            c.send_record(fcgi::PARAMS, 1, b"").unwrap();
+            assert_closed("2 GiB name", &mut c);
+        },
+    ),
     ("a name-value pair past the end of PARAMS → closed", |s| {
         let mut c = s.client();
         begin(&mut c);
@@ -303,14 +315,18 @@ const TABLE: &[Row] = &[
             .unwrap();
         assert_closed("http", &mut c);
     }),
-    ("declared length 65535 + 255 padding, then EOF → closed", |s| {
-        let mut c = s.client();
-        begin(&mut c);
-        c.send_raw(&[1, fcgi::STDIN, 0, 1, 0xff, 0xff, 0xff, 0]).unwrap();
-        c.send_raw(b"only a few bytes").unwrap();
-        c.shutdown_write().unwrap();
-        assert_closed("huge declared length", &mut c);
-    }),
+    (
+        "declared length 65535 + 255 padding, then EOF → closed",
+        |s| {
+            let mut c = s.client();
+            begin(&mut c);
+            c.send_raw(&[1, fcgi::STDIN, 0, 1, 0xff, 0xff, 0xff, 0])
+                .unwrap();
+            c.send_raw(b"only a few bytes").unwrap();
+            c.shutdown_write().unwrap();
+            assert_closed("huge declared length", &mut c);
+        },
+    ),
     ("truncated header, then EOF → closed", |s| {
         let mut c = s.client();
         c.send_raw(&[1, fcgi::BEGIN_REQUEST, 0]).unwrap();
@@ -363,28 +379,38 @@ const TABLE: &[Row] = &[
         let r = upload(s, "application/octet-stream", b"raw bytes");
         assert_api_error("octet-stream", &r, 400, &["requete_invalide"]);
     }),
-    ("part header that never ends (3 MiB) → 400 requete_invalide", |s| {
-        let mut b =
-            format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"")
-                .into_bytes();
-        b.extend(std::iter::repeat_n(b'a', 3 << 20));
-        let r = upload(s, &multipart_ct(), &b);
-        assert_api_error("endless header", &r, 400, &["requete_invalide"]);
-        s.no_part_left("endless header");
-    }),
-    ("3 MiB preamble without boundary → 400 requete_invalide", |s| {
-        let b = vec![b'z'; 3 << 20];
-        let r = upload(s, &multipart_ct(), &b);
-        assert_api_error("endless preamble", &r, 400, &["requete_invalide"]);
-    }),
-    ("truncated multipart (no closing boundary) → 400, no .part", |s| {
-        let b = format!(
-            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"t.txt\"\r\n\r\nhalf a file"
-        );
-        let r = upload(s, &multipart_ct(), b.as_bytes());
-        assert_api_error("truncated", &r, 400, &["requete_invalide"]);
-        s.no_part_left("truncated");
-    }),
+    (
+        "part header that never ends (3 MiB) → 400 requete_invalide",
+        |s| {
+            let mut b = format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\""
+            )
+            .into_bytes();
+            b.extend(std::iter::repeat_n(b'a', 3 << 20));
+            let r = upload(s, &multipart_ct(), &b);
+            assert_api_error("endless header", &r, 400, &["requete_invalide"]);
+            s.no_part_left("endless header");
+        },
+    ),
+    (
+        "3 MiB preamble without boundary → 400 requete_invalide",
+        |s| {
+            let b = vec![b'z'; 3 << 20];
+            let r = upload(s, &multipart_ct(), &b);
+            assert_api_error("endless preamble", &r, 400, &["requete_invalide"]);
+        },
+    ),
+    (
+        "truncated multipart (no closing boundary) → 400, no .part",
+        |s| {
+            let b = format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"t.txt\"\r\n\r\nhalf a file"
+            );
+            let r = upload(s, &multipart_ct(), b.as_bytes());
+            assert_api_error("truncated", &r, 400, &["requete_invalide"]);
+            s.no_part_left("truncated");
+        },
+    ),
     ("file over the limit → 413, no .part", |s| {
         let mut b = part(
             r#"form-data; name="fichier"; filename="gros.bin""#,
@@ -410,42 +436,45 @@ const TABLE: &[Row] = &[
         let r = upload(s, &multipart_ct(), &b);
         assert_api_error("bare cr", &r, 400, &["nom_invalide", "requete_invalide"]);
     }),
-    ("quotes and backslashes in the name → one escaped Content-Disposition line", |s| {
-        let mut b = part(
-            r#"form-data; name="fichier"; filename="dit \"x\" \\ y; z=1.txt""#,
-            b"contenu",
-        );
-        b.extend(end());
-        let r = upload(s, &multipart_ct(), &b);
-        assert_eq!(r.status, 200, "{}", r.text());
-        let nom = json(&r)["nom"].as_str().unwrap().to_string();
-        assert_eq!(nom, r#"dit "x" \ y; z=1.txt"#);
-        let q = format!(
-            "fichier={}&token={TOKEN}",
-            depot_fichiers::names::percent_encode(&nom)
-        );
-        let d = download(s, &q);
-        assert_eq!(d.status, 200);
-        let cds: Vec<_> = d
-            .headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("Content-Disposition"))
-            .collect();
-        assert_eq!(cds.len(), 1, "{:?}", d.headers);
-        assert_eq!(
-            cds[0].1,
-            "attachment; filename=\"dit _x_ _ y; z=1.txt\"; filename*=UTF-8''dit%20%22x%22%20%5C%20y%3B%20z%3D1.txt"
-        );
-        assert_eq!(d.body, b"contenu");
-    }),
-    ("CRLF in the download name → 400 nom_invalide, no injected header", |s| {
-        let d = download(
-            s,
-            &format!("fichier=a%0D%0AX-Injecte%3A%201&token={TOKEN}"),
-        );
-        assert_api_error("crlf download", &d, 400, &["nom_invalide"]);
-        assert!(d.header("X-Injecte").is_none());
-    }),
+    (
+        "quotes and backslashes in the name → one escaped Content-Disposition line",
+        |s| {
+            let mut b = part(
+                r#"form-data; name="fichier"; filename="dit \"x\" \\ y; z=1.txt""#,
+                b"contenu",
+            );
+            b.extend(end());
+            let r = upload(s, &multipart_ct(), &b);
+            assert_eq!(r.status, 200, "{}", r.text());
+            let nom = json(&r)["nom"].as_str().unwrap().to_string();
+            assert_eq!(nom, r#"dit "x" \ y; z=1.txt"#);
+            let q = format!(
+                "fichier={}&token={TOKEN}",
+                depot_fichiers::names::percent_encode(&nom)
+            );
+            let d = download(s, &q);
+            assert_eq!(d.status, 200);
+            let cds: Vec<_> = d
+                .headers
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("Content-Disposition"))
+                .collect();
+            assert_eq!(cds.len(), 1, "{:?}", d.headers);
+            assert_eq!(
+                cds[0].1,
+                "attachment; filename=\"dit _x_ _ y; z=1.txt\"; filename*=UTF-8''dit%20%22x%22%20%5C%20y%3B%20z%3D1.txt"
+            );
+            assert_eq!(d.body, b"contenu");
+        },
+    ),
+    (
+        "CRLF in the download name → 400 nom_invalide, no injected header",
+        |s| {
+            let d = download(s, &format!("fichier=a%0D%0AX-Injecte%3A%201&token={TOKEN}"));
+            assert_api_error("crlf download", &d, 400, &["nom_invalide"]);
+            assert!(d.header("X-Injecte").is_none());
+        },
+    ),
     ("NUL and traversal in the download name", |s| {
         let d = download(s, &format!("fichier=a%00b&token={TOKEN}"));
         assert_api_error("nul", &d, 400, &["nom_invalide"]);
@@ -466,22 +495,29 @@ const TABLE: &[Row] = &[
         b.push_str(&"}".repeat(100_000));
         assert_rpc_error("nested objects", &mcp(s, b.as_bytes()), 400, -32700);
     }),
-    ("nesting just under serde_json's limit inside a valid request → answered", |s| {
-        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
-        let b = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":{deep}}}}}"#);
-        let r = mcp(s, b.as_bytes());
-        assert_eq!(r.status, 200, "{}", r.text());
-        assert_eq!(json(&r)["result"], serde_json::json!({}));
-    }),
-    ("2 MB string (over mcp_taille_max_requete_octets) → 413", |s| {
-        let b = format!(
-            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":"{}"}}}}"#,
-            "x".repeat(2_000_000)
-        );
-        let r = mcp(s, b.as_bytes());
-        assert_eq!(r.status, 413, "{}", r.text());
-        assert_eq!(json(&r)["error"]["code"], -32600);
-    }),
+    (
+        "nesting just under serde_json's limit inside a valid request → answered",
+        |s| {
+            let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+            let b =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":{deep}}}}}"#);
+            let r = mcp(s, b.as_bytes());
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(json(&r)["result"], serde_json::json!({}));
+        },
+    ),
+    (
+        "2 MB string (over mcp_taille_max_requete_octets) → 413",
+        |s| {
+            let b = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":"{}"}}}}"#,
+                "x".repeat(2_000_000)
+            );
+            let r = mcp(s, b.as_bytes());
+            assert_eq!(r.status, 413, "{}", r.text());
+            assert_eq!(json(&r)["error"]["code"], -32600);
+        },
+    ),
     ("900 kB nom_fichier → -32602", |s| {
         let b = format!(
             r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"recuperer_fichier","arguments":{{"nom_fichier":"{}"}}}}}}"#,
@@ -498,13 +534,20 @@ const TABLE: &[Row] = &[
         );
         let r = mcp(s, b.as_bytes());
         assert_eq!(json(&r)["error"]["code"], -32601);
-        assert!(r.body.len() < 4096, "the method name is echoed: {} bytes", r.body.len());
+        assert!(
+            r.body.len() < 4096,
+            "the method name is echoed: {} bytes",
+            r.body.len()
+        );
     }),
-    ("a batch of 20 000 pings in 2025-06-18 → -32600, HTTP 400", |s| {
-        let one = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-        let b = format!("[{}]", vec![one; 20_000].join(","));
-        assert_rpc_error("batch", &mcp(s, b.as_bytes()), 400, -32600);
-    }),
+    (
+        "a batch of 20 000 pings in 2025-06-18 → -32600, HTTP 400",
+        |s| {
+            let one = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+            let b = format!("[{}]", vec![one; 20_000].join(","));
+            assert_rpc_error("batch", &mcp(s, b.as_bytes()), 400, -32600);
+        },
+    ),
     ("invalid UTF-8 in a JSON string → -32700", |s| {
         let b = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"p\xffing\"}";
         assert_rpc_error("bad utf-8", &mcp(s, b), 400, -32700);

@@ -371,7 +371,10 @@ fn legacy_message(
             log_lines.extend(out.log_line);
             out.result
         }
-        other => Err(RpcError::new(-32601, format!("Method not found: {}", clip(other)))),
+        other => Err(RpcError::new(
+            -32601,
+            format!("Method not found: {}", clip(other)),
+        )),
     };
     Some(match result {
         Ok(r) => (200, json!({"jsonrpc": "2.0", "id": id, "result": r})),
@@ -544,7 +547,9 @@ fn modern(
                 r
             })
         }
-        other => Err(RpcError::new(-32601, format!("Method not found: {}", clip(other))).with_status(404)),
+        other => Err(
+            RpcError::new(-32601, format!("Method not found: {}", clip(other))).with_status(404),
+        ),
     };
     match result {
         Ok(mut r) => {

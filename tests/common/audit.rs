@@ -69,16 +69,34 @@ pub fn secret(s: &str) {
     append("secrets.txt", format!("{s}\n").as_bytes());
 }
 
-/// Records an answer's body when it is an error (non-2xx, or a JSON-RPC / tool error).
+/// Records an answer's body when it is an error: a non-2xx answer, a JSON-RPC error or a tool
+/// error. In a JSON-RPC batch only the error members are kept: a successful `recuperer_fichier`
+/// carries the token in its link by design (contract §2.1), so it is no leak.
 pub fn body(origin: &str, status: u16, body: &[u8]) {
-    let is_error = !(200..300).contains(&status)
-        || contains(body, b"\"error\"")
-        || contains(body, b"\"isError\":true");
-    if !is_error || body.is_empty() {
+    if body.is_empty() {
         return;
     }
+    let is_error = |v: &serde_json::Value| {
+        v.get("error").is_some()
+            || v["result"]["isError"] == true
+            || v["succes"] == false
+            || !(200..300).contains(&status)
+    };
+    let kept: Vec<u8> = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Array(items)) => {
+            let errors: Vec<_> = items.into_iter().filter(|v| is_error(v)).collect();
+            if errors.is_empty() {
+                return;
+            }
+            serde_json::to_vec(&errors).unwrap_or_default()
+        }
+        Ok(v) if is_error(&v) => body.to_vec(),
+        Ok(_) => return,
+        Err(_) if (200..300).contains(&status) => return,
+        Err(_) => body.to_vec(),
+    };
     let mut block = format!("--- {origin} {status}\n").into_bytes();
-    block.extend_from_slice(body);
+    block.extend_from_slice(&kept);
     block.push(b'\n');
     append("bodies.txt", &block);
 }
@@ -92,10 +110,6 @@ pub fn stderr(origin: &str, text: &[u8]) {
     block.extend_from_slice(text);
     block.push(b'\n');
     append("bodies.txt", &block);
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// A fresh, empty `<kind>/<n>/` path in this process's folder (not created).

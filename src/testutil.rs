@@ -4,6 +4,9 @@
 #[path = "../tests/common/introspection.rs"]
 pub mod introspection;
 
+#[path = "../tests/common/audit.rs"]
+pub mod audit;
+
 use std::path::Path;
 
 use crate::config::Config;
@@ -11,7 +14,11 @@ use crate::config::Config;
 pub const TOKEN_ACCES: &str = "0123456789abcdef0123456789abcdef";
 
 /// A configuration rooted in `dir`, introspecting at `introspection_url`, with `extra` TOML lines.
+///
+/// For the secrets audit, `dir/log` is a symbolic link to a folder of `target/audit-secrets/`
+/// (kept after the test), and the secrets used by the tests are registered.
 pub fn config(dir: &Path, introspection_url: &str, extra: &str) -> Config {
+    audit_secrets(dir);
     let text = format!(
         r#"
 token_acces = "{TOKEN_ACCES}"
@@ -31,6 +38,39 @@ oauth_delai_max_secondes = 1.0
         secret = introspection::CLIENT_SECRET,
     );
     crate::config::parse(&text).expect("test config")
+}
+
+fn audit_secrets(dir: &Path) {
+    use introspection as is;
+    let log = dir.join("log");
+    if std::fs::symlink_metadata(&log).is_err() {
+        let kept = audit::fresh_dir("logs");
+        let _ = crate::log::create_private_dir(&kept);
+        let _ = std::os::unix::fs::symlink(&kept, &log);
+    }
+    for s in [
+        TOKEN_ACCES,
+        is::CLIENT_SECRET,
+        is::TOK_ACTIVE,
+        is::TOK_INACTIVE,
+        is::TOK_ACTIVE_STRING,
+        is::TOK_NO_SCOPE,
+        is::TOK_OTHER_SCOPE,
+        is::TOK_AUD_ARRAY,
+        is::TOK_AUD_UPPER,
+        is::TOK_FOREIGN_AUD,
+        is::TOK_NO_AUD,
+        is::TOK_EXPIRED,
+        is::TOK_REFRESH_LIKE,
+        is::TOK_REFRESH_TYPE,
+        is::TOK_SLOW,
+        is::TOK_NOT_JSON,
+        is::TOK_JSON_ARRAY,
+        is::TOK_500,
+        is::TOK_REDIRECT,
+    ] {
+        audit::secret(s);
+    }
 }
 
 /// The lines of the log written under `dir`.

@@ -10,9 +10,15 @@ use depot_fichiers::http::{Body, Params, Request, Response, write_response};
 use depot_fichiers::router::{self, App};
 use serde_json::Value;
 
+#[path = "common/audit.rs"]
+mod audit;
+
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+const CLIENT_SECRET: &str = "client-secret-value";
 
 struct Env {
+    /// Copies the log folder for the secrets audit (before `_dir` is removed).
+    _keep: audit::KeepLogs,
     _dir: tempfile::TempDir,
     root: PathBuf,
     app: App,
@@ -29,7 +35,7 @@ dossier_log = "{log}"
 url_base = "https://depot.example.org"
 oauth_url = "https://oauth.example.org"
 oauth_client_id = "depot"
-oauth_client_secret = "client-secret-value"
+oauth_client_secret = "{CLIENT_SECRET}"
 {extra}
 "#,
         files = root.join("files").display(),
@@ -37,7 +43,10 @@ oauth_client_secret = "client-secret-value"
     );
     let cfg = config::parse(&text).unwrap();
     let app = App::new(cfg).unwrap();
+    audit::secret(TOKEN);
+    audit::secret(CLIENT_SECRET);
     Env {
+        _keep: audit::KeepLogs(root.join("log")),
         _dir: dir,
         root,
         app,
@@ -123,7 +132,9 @@ async fn call(app: &App, params: &[(&str, &str)], body: Vec<u8>) -> Answer {
         body: streamed(body),
     };
     let head = req.method() == "HEAD";
-    render(router::handle(app, req).await, head).await
+    let a = render(router::handle(app, req).await, head).await;
+    audit::body("handlers", a.status, &a.body);
+    a
 }
 
 const BOUNDARY: &str = "----depotboundary7MA4YWxk";

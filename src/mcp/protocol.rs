@@ -194,6 +194,16 @@ fn has_claim(msg: &Value) -> bool {
         .is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION))
 }
 
+/// A client-supplied string as echoed in an error message: at most 100 characters, so that a
+/// megabyte method name does not come back (nor land in a log) in full.
+pub fn clip(s: &str) -> String {
+    const MAX: usize = 100;
+    match s.char_indices().nth(MAX) {
+        None => s.to_string(),
+        Some((i, _)) => format!("{}…", &s[..i]),
+    }
+}
+
 /// Era routing of one POST body (notes §2).
 pub fn dispatch(
     ctx: &Ctx,
@@ -361,7 +371,10 @@ fn legacy_message(
             log_lines.extend(out.log_line);
             out.result
         }
-        other => Err(RpcError::new(-32601, format!("Method not found: {other}"))),
+        other => Err(RpcError::new(
+            -32601,
+            format!("Method not found: {}", clip(other)),
+        )),
     };
     Some(match result {
         Ok(r) => (200, json!({"jsonrpc": "2.0", "id": id, "result": r})),
@@ -407,8 +420,9 @@ fn check_header(name: &str, header: Option<&str>, body: Option<&str>) -> Result<
     match body {
         Some(b) if b == h => Ok(()),
         _ => Err(RpcError::header_mismatch(format!(
-            "{name} header value '{h}' does not match body value '{}'",
-            body.unwrap_or("")
+            "{name} header value '{}' does not match body value '{}'",
+            clip(h),
+            clip(body.unwrap_or(""))
         ))),
     }
 }
@@ -533,7 +547,9 @@ fn modern(
                 r
             })
         }
-        other => Err(RpcError::new(-32601, format!("Method not found: {other}")).with_status(404)),
+        other => Err(
+            RpcError::new(-32601, format!("Method not found: {}", clip(other))).with_status(404),
+        ),
     };
     match result {
         Ok(mut r) => {

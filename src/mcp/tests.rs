@@ -59,6 +59,7 @@ fn answer(r: Response) -> Answer {
         ResponseBody::Empty => Vec::new(),
         ResponseBody::File { .. } => panic!("file body"),
     };
+    crate::testutil::audit::body("mcp", r.status, &body);
     Answer {
         status: r.status,
         headers: r.headers,

@@ -159,7 +159,7 @@ pub fn call(
     if name != TOOL_NAME {
         return shape(
             version,
-            Failure::Protocol(format!("Unknown tool: {name}")),
+            Failure::Protocol(format!("Unknown tool: {}", super::protocol::clip(name))),
             None,
         );
     }

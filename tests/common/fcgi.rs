@@ -305,6 +305,8 @@ impl FcgiClient {
             }
         }
         parse_cgi_output(&stdout, &mut resp);
+        super::audit::body("fastcgi", resp.status, &resp.body);
+        super::audit::stderr("fastcgi", &resp.stderr);
         Ok(resp)
     }
 

@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod apache;
+pub mod audit;
 pub mod fcgi;
 pub mod introspection;
 pub mod nginx;
@@ -168,6 +169,12 @@ impl State {
             }
         }
         state.write_private(&state.config(), &config);
+        audit::secret(&state.token);
+        for line in config.lines() {
+            if let Some(v) = line.strip_prefix("oauth_client_secret = ") {
+                audit::secret(v.trim().trim_matches('"'));
+            }
+        }
         fs::set_permissions(state.root.join("files"), fs::Permissions::from_mode(0o700)).unwrap();
         fs::set_permissions(state.root.join("log"), fs::Permissions::from_mode(0o700)).unwrap();
         state
@@ -265,6 +272,13 @@ impl State {
             }
         }
         s
+    }
+}
+
+impl Drop for State {
+    /// Keeps the logs (the binary's, the web servers', captured stderr) for the secrets audit.
+    fn drop(&mut self) {
+        audit::keep_logs(&self.log_dir());
     }
 }
 
@@ -434,10 +448,12 @@ pub fn curl(args: &[&str]) -> Reply {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
+    let body = fs::read(&body).unwrap_or_default();
+    audit::body("curl", status, &body);
     Reply {
         status,
         headers,
-        body: fs::read(&body).unwrap_or_default(),
+        body,
     }
 }
 

@@ -759,7 +759,10 @@ async fn x_sendfile_hands_whole_file_downloads_to_the_web_server() {
     assert_eq!(g.header("Content-Type"), Some("application/octet-stream"));
     assert!(g.header("Content-Disposition").is_some());
     assert!(g.header("ETag").is_some());
-    assert!(mtime(&path) > before, "handing the file over is the download");
+    assert!(
+        mtime(&path) > before,
+        "handing the file over is the download"
+    );
 
     // HEAD and Range requests stay with the program.
     let h = get(&e.app, "HEAD", &q, &[]).await;
@@ -775,7 +778,9 @@ async fn x_sendfile_hands_whole_file_downloads_to_the_web_server() {
 
     // Errors are unchanged.
     let bad = q.replace(TOKEN, "mauvais");
-    get(&e.app, "GET", &bad, &[]).await.assert_error(401, "token_invalide");
+    get(&e.app, "GET", &bad, &[])
+        .await
+        .assert_error(401, "token_invalide");
 }
 
 #[tokio::test]
@@ -784,6 +789,10 @@ async fn x_sendfile_leaves_small_files_to_the_program() {
     let up = upload(&e.app, "petit.txt", b"0123456789").await;
     let g = get(&e.app, "GET", &link_query(&up.json()), &[]).await;
     assert_eq!(g.status, 200);
-    assert_eq!(g.header("X-Sendfile"), None, "below x_sendfile_taille_min_octets (1 MiB)");
+    assert_eq!(
+        g.header("X-Sendfile"),
+        None,
+        "below x_sendfile_taille_min_octets (1 MiB)"
+    );
     assert_eq!(g.body, b"0123456789");
 }

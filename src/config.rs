@@ -346,8 +346,11 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
 
 /// A secret shown by its first 4 characters only.
 pub fn mask(secret: &str) -> String {
-    let head: String = secret.chars().take(4).collect();
-    format!("{head}… ({} caractères)", secret.chars().count())
+    format!(
+        "{} ({} caractères)",
+        crate::log::redact(secret),
+        secret.chars().count()
+    )
 }
 
 impl Config {

@@ -32,6 +32,23 @@ pub fn short_hostname() -> String {
         .unwrap_or_else(|| "?".to_string())
 }
 
+/// The machine's time zone, read once per process from `/etc/localtime` (or `TZ` when set).
+///
+/// Reading the TZif file directly costs one open and one read; asking jiff for the system zone by
+/// name makes it list the whole `/usr/share/zoneinfo` tree first, on every process start.
+fn local_time_zone() -> &'static jiff::tz::TimeZone {
+    static TZ: std::sync::OnceLock<jiff::tz::TimeZone> = std::sync::OnceLock::new();
+    TZ.get_or_init(|| {
+        if std::env::var_os("TZ").is_some() {
+            return jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
+        }
+        std::fs::read("/etc/localtime")
+            .ok()
+            .and_then(|data| jiff::tz::TimeZone::tzif("localtime", &data).ok())
+            .unwrap_or(jiff::tz::TimeZone::UTC)
+    })
+}
+
 /// A secret reduced to a few leading characters: `abcd…`.
 pub fn redact(secret: &str) -> String {
     let head: String = secret.chars().take(4).collect();
@@ -78,7 +95,7 @@ impl Log {
 
     /// One significant operation.
     pub fn line(&self, text: &str) {
-        let now = jiff::Zoned::now();
+        let now = jiff::Timestamp::now().to_zoned(local_time_zone().clone());
         let mut line = format!(
             "[{}] [{}] {}\n",
             now.strftime("%Y-%m-%d %H:%M:%S"),

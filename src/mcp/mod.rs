@@ -20,7 +20,6 @@ use crate::http::{Request, Response};
 use crate::names::Name;
 use crate::oauth;
 use crate::router::App;
-use crate::store::StoreError;
 
 use protocol::{Ctx, McpHeaders, Reply, RpcError};
 use tool::{FileOutcome, Mode, ToolCtx};
@@ -79,20 +78,12 @@ fn rpc_error_response(e: &RpcError) -> Response {
     json_response(e.status, &e.response(&Value::Null))
 }
 
-fn store_error_text(e: &StoreError) -> String {
-    match e {
-        StoreError::Full(s) => format!("stockage plein : {s}"),
-        StoreError::TooLarge => "fichier trop volumineux".into(),
-        StoreError::Io(e) => format!("E/S : {e}"),
-    }
-}
-
 /// The real store as the tool's [`tool::FileSource`]: lookup (an expired file is deleted there),
 /// bounded read in mode base64, then `touch` (a retrieval counts as a download).
 pub fn store_source(app: &App) -> impl FnMut(&Name, Mode) -> FileOutcome + '_ {
     move |name, mode| {
         let found = match app.store.lookup(name) {
-            Err(e) => return FileOutcome::Error(store_error_text(&e)),
+            Err(e) => return FileOutcome::Error(e.to_string()),
             Ok(None) => return FileOutcome::Missing,
             Ok(Some(f)) => f,
         };

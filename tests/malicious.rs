@@ -4,15 +4,13 @@
 //! normal request; at the end its peak memory must stay small.
 
 mod common;
-#[path = "common/introspection.rs"]
-mod introspection;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::fcgi::{self, FcgiClient, FcgiResponse};
-use introspection::IntrospectionServer;
+use common::introspection::{self, IntrospectionServer};
 use serde_json::Value;
 
 const TOKEN: &str = "9f2c4e6a8b0d1f3e5c7a9b1d3f5e7c9a0b2d4f6e8a1c3e5b";

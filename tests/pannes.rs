@@ -13,16 +13,14 @@
 //! Without the feature (`cargo test` alone), the crash test builds a binary with it.
 
 mod common;
-#[path = "common/introspection.rs"]
-mod introspection;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::fcgi::{FcgiClient, FcgiResponse, ROLE_RESPONDER};
+use common::introspection::{self as intro, IntrospectionServer};
 use common::{Guard, State, bytes, free_port, is_root};
-use introspection::{self as intro, IntrospectionServer};
 
 const RESOURCE: &str = "https://depot.test/mcp.php";
 

@@ -22,8 +22,6 @@
 //! The counts are printed (straight to stderr, visible without `--nocapture`).
 
 mod common;
-#[path = "common/introspection.rs"]
-mod introspection;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -37,8 +35,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use common::apache::{Apache, Mode};
 use common::fcgi::FcgiClient;
+use common::introspection::{self as intro, IntrospectionServer};
 use common::{Guard, State, bytes, free_port};
-use introspection::{self as intro, IntrospectionServer};
 use sha2::{Digest, Sha256};
 
 /// Names shared by all clients (one with a space, one non-ASCII). The last [`RARE`] are seldom

@@ -454,12 +454,8 @@ fn smoke_as_plain_cgi_under_mod_cgid() {
     smoke(&a.state);
 }
 
-/// The production vhost itself (not only its common block): HTTP → HTTPS redirect, HSTS once,
-/// and the endpoints over TLS, with a throw-away self-signed certificate.
-#[test]
-fn production_vhost_serves_https_with_hsts_and_redirects_http() {
-    let state = &State::new(common::free_port(), &[]);
-    let tls_port = common::free_port();
+/// A throw-away self-signed certificate for `depot.example.org`, in the state's `run/`.
+fn self_signed_certificate(state: &State) -> (std::path::PathBuf, std::path::PathBuf) {
     let cert = state.root.join("run/cert.pem");
     let key = state.root.join("run/key.pem");
     let st = Command::new("openssl")
@@ -485,6 +481,16 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
+    (cert, key)
+}
+
+/// The production vhost itself (not only its common block): HTTP → HTTPS redirect, HSTS once,
+/// and the endpoints over TLS, with a throw-away self-signed certificate.
+#[test]
+fn production_vhost_serves_https_with_hsts_and_redirects_http() {
+    let state = &State::new(common::free_port(), &[]);
+    let tls_port = common::free_port();
+    let (cert, key) = self_signed_certificate(state);
 
     let mut prod = String::new();
     for line in fs::read_to_string(common::repo().join("apache/depot-fichiers.conf"))
@@ -604,27 +610,7 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
 #[test]
 fn other_production_vhosts_pass_configtest() {
     let state = State::new(common::free_port(), &[]);
-    let cert = state.root.join("run/cert.pem");
-    let key = state.root.join("run/key.pem");
-    let st = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=depot.example.org",
-            "-keyout",
-        ])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(st.status.success());
+    let (cert, key) = self_signed_certificate(&state);
     for file in [
         "apache/depot-fichiers-proxy-fcgi.conf",
         "systemd-free/depot-fichiers-cgi.conf",

@@ -15,7 +15,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz012345-_.~";
-const BOUNDARY: &str = "xXbinaryfcgiXx";
 
 struct Server {
     _guard: Guard,
@@ -74,7 +73,7 @@ impl Server {
 
     fn upload(&self, name: &str, data: &[u8]) -> FcgiResponse {
         let auth = format!("Bearer {TOKEN}");
-        let ct = format!("multipart/form-data; boundary={BOUNDARY}");
+        let (ct, body) = common::multipart_file(name, data);
         self.call(
             &[
                 ("REQUEST_METHOD", "POST"),
@@ -83,7 +82,7 @@ impl Server {
                 ("CONTENT_TYPE", &ct),
                 ("HTTP_AUTHORIZATION", &auth),
             ],
-            &multipart(name, data),
+            &body,
         )
     }
 
@@ -106,17 +105,6 @@ impl Server {
         );
         self.get("GET", &q, &[])
     }
-}
-
-fn multipart(name: &str, data: &[u8]) -> Vec<u8> {
-    let mut b = format!(
-        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"{name}\"\r\n\
-         Content-Type: application/octet-stream\r\n\r\n"
-    )
-    .into_bytes();
-    b.extend_from_slice(data);
-    b.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
-    b
 }
 
 fn json(r: &FcgiResponse) -> Value {
@@ -259,11 +247,10 @@ fn expiry_by_inactivity_and_by_age_with_second_scale_delays() {
 fn a_client_that_disconnects_mid_upload_leaves_nothing() {
     let s = Server::start("");
     let data = common::bytes(4 << 20, 9);
-    let body = multipart("coupe.bin", &data);
+    let (ct, body) = common::multipart_file("coupe.bin", &data);
     {
         let mut c = FcgiClient::unix(&s.socket).unwrap();
         c.send_begin(1, 1, 0).unwrap();
-        let ct = format!("multipart/form-data; boundary={BOUNDARY}");
         let auth = format!("Bearer {TOKEN}");
         c.send_params(
             1,

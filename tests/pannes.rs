@@ -109,7 +109,7 @@ impl Proc {
     }
 
     fn upload(&self, token: &str, name: &str, data: &[u8]) -> std::io::Result<FcgiResponse> {
-        let (ct, body) = multipart(name, data);
+        let (ct, body) = common::multipart_file(name, data);
         let auth = format!("Bearer {token}");
         self.request(
             "POST",
@@ -134,17 +134,6 @@ impl Proc {
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
-}
-
-fn multipart(name: &str, data: &[u8]) -> (String, Vec<u8>) {
-    let boundary = "----depot-pannes-41c2";
-    let mut b = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"{name}\"\r\n\r\n"
-    )
-    .into_bytes();
-    b.extend_from_slice(data);
-    b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), b)
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -219,7 +208,7 @@ fn sigkill_at_every_point_of_a_publication() {
             let (sock, tok, nm, data) =
                 (victim.sock.clone(), token.clone(), name.clone(), v2.clone());
             let client = std::thread::spawn(move || {
-                let (ct, body) = multipart(&nm, &data);
+                let (ct, body) = common::multipart_file(&nm, &data);
                 let auth = format!("Bearer {tok}");
                 FcgiClient::unix(&sock).and_then(|mut c| {
                     c.request(
@@ -291,7 +280,7 @@ fn client_disconnects_mid_upload_and_mid_download() {
     assert_eq!(p.upload(&token, "gros.bin", &big).unwrap().status, 200);
 
     // Mid-upload: half the body, then the connection is closed.
-    let (ct, body) = multipart("coupe.bin", &bytes(4 << 20, 8));
+    let (ct, body) = common::multipart_file("coupe.bin", &bytes(4 << 20, 8));
     {
         let mut c = FcgiClient::unix(&p.sock).unwrap();
         c.send_begin(1, ROLE_RESPONDER, 0).unwrap();

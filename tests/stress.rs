@@ -298,17 +298,6 @@ struct Run {
     stop: AtomicBool,
 }
 
-fn multipart(name: &str, data: &[u8]) -> (String, Vec<u8>) {
-    let boundary = "----depot-stress-7d1f0a";
-    let mut b = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-    )
-    .into_bytes();
-    b.extend_from_slice(data);
-    b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), b)
-}
-
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -359,7 +348,7 @@ impl Run {
             h.by_hash.insert(digest, idx);
             idx
         };
-        let (ct, body) = multipart(NAMES[name], &data);
+        let (ct, body) = common::multipart_file(NAMES[name], &data);
         let req = Req {
             method: "POST",
             script: "/upload.php",

@@ -493,3 +493,17 @@ pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// A `multipart/form-data` body holding one file part `fichier` named `name`, as curl would send
+/// it; returns the `Content-Type` (with its boundary) and the body.
+pub fn multipart_file(name: &str, data: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "----depot-fichiers-test-7d1f0a";
+    let mut b = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"{name}\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    b.extend_from_slice(data);
+    b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), b)
+}

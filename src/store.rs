@@ -250,8 +250,8 @@ impl Store {
             .truncate(false)
             .mode(0o600)
             .open(self.tmp_path(SWEEP_MARKER))?;
+        let m = marker.metadata()?;
         if !self.sweep_interval.is_zero() {
-            let m = marker.metadata()?;
             // An empty marker was never stamped by a sweep; a marker in the future (clock set
             // back) does not hold sweeps off.
             let swept_recently = m.len() > 0
@@ -271,7 +271,7 @@ impl Store {
         }
         let report = self.sweep_now();
         // Stamp the end of this sweep: the marker's mtime is the shared cadence clock.
-        if marker.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
+        if m.len() == 0 {
             let _ = marker.set_len(1);
         }
         let _ = marker.set_modified(SystemTime::now());

@@ -115,17 +115,8 @@ fn error_code(r: &FcgiResponse) -> String {
     json(r)["erreur"].as_str().unwrap_or_default().to_string()
 }
 
-fn entries(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 fn no_part_files(files: &Path) -> bool {
-    entries(&files.join(".tmp"))
+    common::entries(&files.join(".tmp"))
         .iter()
         .all(|n| !n.ends_with(".part"))
 }
@@ -239,8 +230,8 @@ fn expiry_by_inactivity_and_by_age_with_second_scale_delays() {
         std::thread::sleep(Duration::from_millis(500));
     }
     assert_eq!(s.download("garde.txt").status, 404);
-    assert_eq!(entries(&s.files()), [".meta", ".tmp"]);
-    assert!(entries(&s.files().join(".meta")).is_empty());
+    assert_eq!(common::entries(&s.files()), [".meta", ".tmp"]);
+    assert!(common::entries(&s.files().join(".meta")).is_empty());
 }
 
 #[test]
@@ -279,6 +270,6 @@ fn a_client_that_disconnects_mid_upload_leaves_nothing() {
         assert!(Instant::now() < deadline, "a .part file was left behind");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(entries(&s.files()), [".meta", ".tmp"]);
+    assert_eq!(common::entries(&s.files()), [".meta", ".tmp"]);
     assert_eq!(s.upload("ensuite.txt", b"ok").status, 200);
 }

@@ -136,20 +136,8 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 fn parts(state: &State) -> Vec<String> {
-    names(&state.files().join(".tmp"))
+    common::entries(&state.files().join(".tmp"))
         .into_iter()
         .filter(|n| n.ends_with(".part"))
         .collect()
@@ -265,8 +253,8 @@ fn sigkill_at_every_point_of_a_publication() {
     // Past every delay, one request leaves nothing behind.
     std::thread::sleep(Duration::from_secs(max_age + 2));
     assert_eq!(healthy.get(&token, "absent").status, 404);
-    assert_eq!(names(&state.files()), [".meta", ".tmp"]);
-    assert_eq!(names(&state.meta()), Vec::<String>::new());
+    assert_eq!(common::entries(&state.files()), [".meta", ".tmp"]);
+    assert_eq!(common::entries(&state.meta()), Vec::<String>::new());
     assert_eq!(parts(&state), Vec::<String>::new());
 }
 
@@ -389,8 +377,8 @@ fn full_disk_answers_507_and_leaves_nothing() {
     assert_eq!(r.status, 507, "{}", r.text());
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(v["erreur"], "stockage_plein");
-    assert_eq!(names(&state.files()), [".meta", ".tmp"]);
-    assert_eq!(names(&state.meta()), Vec::<String>::new());
+    assert_eq!(common::entries(&state.files()), [".meta", ".tmp"]);
+    assert_eq!(common::entries(&state.meta()), Vec::<String>::new());
     assert_eq!(parts(&state), Vec::<String>::new());
     // The space is back: a small upload goes through.
     let r = p.upload(&token, "petit.bin", &bytes(1000, 2)).unwrap();

@@ -623,19 +623,6 @@ fn analyse(h: &mut History) {
     }
 }
 
-/// Entries of `dir` (sorted).
-fn entries(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// How many processes run with this config file (sampled).
 fn processes_with(config: &Path) -> usize {
     let needle = config.as_os_str().as_encoded_bytes().to_vec();
@@ -707,15 +694,15 @@ fn stress(label: &str, target: Target, token: &str, files: &Path, config: &Path,
         Err(e) => h.violation(format!("final request: {e}")),
     }
     analyse(&mut h);
-    let top = entries(files);
+    let top = common::entries(files);
     if top != [".meta", ".tmp"] {
         h.violation(format!("left in the store after expiry: {top:?}"));
     }
-    let meta = entries(&files.join(".meta"));
+    let meta = common::entries(&files.join(".meta"));
     if !meta.is_empty() {
         h.violation(format!("sidecars left after expiry: {meta:?}"));
     }
-    let tmp = entries(&files.join(".tmp"));
+    let tmp = common::entries(&files.join(".tmp"));
     if tmp
         .iter()
         .any(|n| !["verrou", "balayage", "echeance"].contains(&n.as_str()))

@@ -507,3 +507,13 @@ pub fn multipart_file(name: &str, data: &[u8]) -> (String, Vec<u8>) {
     b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     (format!("multipart/form-data; boundary={boundary}"), b)
 }
+
+/// The entries of `dir`, sorted; a folder that cannot be read is a test failure.
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}

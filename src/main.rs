@@ -1,52 +1,16 @@
 //! The `depot-fichiers` command: serve FastCGI (inherited fd 0, `--listen`) or one CGI request,
 //! or run one of the administration subcommands.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
+use depot_fichiers::cli::{Cli, Command};
 use depot_fichiers::config::{self, Config};
 use depot_fichiers::http::Request;
 use depot_fichiers::router::{self, App};
 use depot_fichiers::{consignes, fastcgi};
-
-#[derive(Parser)]
-#[command(
-    name = "depot-fichiers",
-    version,
-    about = "Dépôt de fichiers temporaire : programme FastCGI (mod_fcgid, PHP-FPM, CGI)"
-)]
-struct Cli {
-    /// Fichier de configuration (sinon $DEPOT_FICHIERS_CONFIG, sinon /etc/depot-fichiers/config.toml)
-    #[arg(long, global = true, value_name = "CHEMIN")]
-    config: Option<PathBuf>,
-
-    /// Écouter soi-même au lieu d'hériter de la socket du serveur web : tcp:HÔTE:PORT ou unix:CHEMIN
-    #[arg(long, value_name = "ADRESSE")]
-    listen: Option<String>,
-
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Vérifie la configuration et affiche la configuration effective (secrets masqués)
-    CheckConfig,
-    /// Lance un balayage complet et affiche ce qui a été supprimé
-    Sweep,
-    /// Affiche le paragraphe à coller dans les consignes de l'agent (spécification §15)
-    Consignes {
-        /// Inclure le vrai token au lieu de <TOKEN_ACCES>
-        #[arg(long)]
-        avec_token: bool,
-        /// Nom du connecteur MCP tel que déclaré chez le client
-        #[arg(long, default_value = "depot-fichiers")]
-        connecteur: String,
-    },
-}
 
 /// `println!` that ignores a closed stdout (`depot-fichiers … consignes | head`).
 macro_rules! outln {

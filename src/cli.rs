@@ -1,0 +1,47 @@
+//! The command line (`clap` definition), shared by the program and by the man page generator.
+//!
+//! It is parsed only when the program is not a CGI script (see `main.rs`): a CGI server turns
+//! an `=`-less query string into arguments, and those belong to the client.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// `depot-fichiers [--config CHEMIN] [--listen ADRESSE] [SOUS-COMMANDE]`.
+#[derive(Parser)]
+#[command(
+    name = "depot-fichiers",
+    version,
+    about = "Dépôt de fichiers temporaire : programme FastCGI (mod_fcgid, PHP-FPM, CGI)"
+)]
+pub struct Cli {
+    /// Fichier de configuration (sinon $DEPOT_FICHIERS_CONFIG, sinon /etc/depot-fichiers/config.toml)
+    #[arg(long, global = true, value_name = "CHEMIN")]
+    pub config: Option<PathBuf>,
+
+    /// Écouter soi-même au lieu d'hériter de la socket du serveur web : tcp:HÔTE:PORT ou unix:CHEMIN
+    #[arg(long, value_name = "ADRESSE")]
+    pub listen: Option<String>,
+
+    /// Sous-commande d'administration ; sans elle, le programme sert les requêtes
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The administration subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Vérifie la configuration et affiche la configuration effective (secrets masqués)
+    CheckConfig,
+    /// Lance un balayage complet et affiche ce qui a été supprimé
+    Sweep,
+    /// Affiche le paragraphe à coller dans les consignes de l'agent (spécification §15)
+    Consignes {
+        /// Inclure le vrai token au lieu de <TOKEN_ACCES>
+        #[arg(long)]
+        avec_token: bool,
+        /// Nom du connecteur MCP tel que déclaré chez le client
+        #[arg(long, default_value = "depot-fichiers")]
+        connecteur: String,
+    },
+}

@@ -308,9 +308,20 @@ impl Guard {
                 .map_err(std::io::Error::from)
             });
         }
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        // ETXTBSY: another test thread forked while it held the binary copy open for writing
+        // (`State::new` copies the binary); the child closes that descriptor when it execs, so
+        // the exec succeeds a moment later.
+        let mut attempts = 0;
+        let child = loop {
+            match cmd.spawn() {
+                Ok(c) => break c,
+                Err(e) if e.raw_os_error() == Some(26) && attempts < 100 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("cannot start {name}: {e}"),
+            }
+        };
         Guard { child, name }
     }
 

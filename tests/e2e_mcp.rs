@@ -171,3 +171,198 @@ fn official_python_sdk_in_auto_legacy_and_pinned_modes_through_apache() {
     );
     assert!(!log.contains(&a.state.token));
 }
+
+/// The commands `apache/demo` prints (after the `TOKEN=` line), comment lines dropped and
+/// continuation lines joined; `TOKEN=…` and `JETON=…` are returned apart.
+fn demo_commands(banner: &str) -> (Vec<String>, String, String) {
+    let mut lines = banner
+        .lines()
+        .skip_while(|l| !l.starts_with("  TOKEN="))
+        .take_while(|l| !l.starts_with("Fichiers déposés"))
+        .map(str::trim);
+    let (mut commands, mut token, mut jeton) = (Vec::new(), String::new(), String::new());
+    let mut current = String::new();
+    for line in lines.by_ref() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(t) = line.strip_prefix("TOKEN=") {
+            token = t.to_string();
+        } else if let Some(j) = line.strip_prefix("JETON=") {
+            jeton = j.to_string();
+        } else if let Some(start) = line.strip_suffix('\\') {
+            current.push_str(start);
+        } else {
+            current.push_str(line);
+            commands.push(std::mem::take(&mut current));
+        }
+    }
+    (commands, token, jeton)
+}
+
+fn json_of(text: &str) -> serde_json::Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e})"))
+}
+
+/// `apache/demo` run for real (its own Apache and its local authorization server) on a free port:
+/// every command it prints works as printed — upload, download, discovery, MCP without a token
+/// (401), then `tools/list` and `tools/call recuperer_fichier` with its bearer token in both modes
+/// and both protocol eras, and `consignes` — except the MCP Inspector line (it needs npm's
+/// registry). SIGTERM stops the demo, its Apache and its authorization server.
+#[test]
+fn demo_printed_commands_work_including_mcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo.out");
+    let port = common::free_port();
+    let mut c = Command::new("bash");
+    c.arg(common::repo().join("apache/demo"))
+        .env("PORT", port.to_string())
+        .env("DEPOT_BIN", common::binary());
+    let mut demo = common::Guard::spawn("apache/demo", c, &out);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let banner = loop {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.contains("Journaux Apache") {
+            break text;
+        }
+        assert!(
+            demo.is_running(),
+            "apache/demo stopped before printing its commands"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "apache/demo did not start in 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let (commands, token, jeton) = demo_commands(&banner);
+    assert_eq!(token.len(), 64, "TOKEN= line");
+    assert_eq!(jeton.len(), 64, "JETON= line");
+    let hide = |s: &str| s.replace(&token, "<TOKEN>").replace(&jeton, "<JETON>");
+    let work = tempfile::tempdir().unwrap();
+    let run = |cmd: &str| -> String {
+        let o = Command::new("bash")
+            .arg("-ec")
+            .arg(cmd)
+            .current_dir(work.path())
+            .env("TOKEN", &token)
+            .env("JETON", &jeton)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "printed command failed: {}\n{}",
+            hide(cmd),
+            hide(&String::from_utf8_lossy(&o.stderr))
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+
+    let mut seen = Vec::new();
+    for cmd in &commands {
+        if cmd.starts_with("npx ") {
+            assert!(cmd.contains("--header \"Authorization: Bearer $JETON\""));
+            seen.push("inspector");
+            continue;
+        }
+        let stdout = run(cmd);
+        let what = if cmd.starts_with("echo ") {
+            "fichier"
+        } else if cmd.contains("/upload.php") {
+            let v = json_of(&stdout);
+            assert_eq!(v["succes"], true, "{}", hide(&stdout));
+            "depot"
+        } else if cmd.contains("/download.php") {
+            assert_eq!(
+                std::fs::read(work.path().join("essai-recupere.txt")).unwrap(),
+                std::fs::read(work.path().join("essai.txt")).unwrap()
+            );
+            "telechargement"
+        } else if cmd.contains("oauth-protected-resource") {
+            let v = json_of(&stdout);
+            let server = v["authorization_servers"][0].as_str().unwrap().to_string();
+            assert!(server.starts_with("http://127.0.0.1:"), "{server}");
+            let meta = run(&format!(
+                "curl -sf {server}/.well-known/oauth-authorization-server"
+            ));
+            assert_eq!(json_of(&meta)["issuer"], server.as_str());
+            assert_eq!(v["resource"], format!("http://127.0.0.1:{port}/mcp.php"));
+            "decouverte"
+        } else if cmd.contains("curl -i ") {
+            assert!(stdout.starts_with("HTTP/1.1 401"), "{}", hide(&stdout));
+            assert!(stdout.contains("WWW-Authenticate: Bearer resource_metadata="));
+            "sans_jeton"
+        } else if cmd.contains("\"method\":\"tools/list\"") {
+            let v = json_of(&stdout);
+            assert_eq!(v["result"]["tools"][0]["name"], "recuperer_fichier");
+            "tools_list"
+        } else if cmd.contains("\"mode\":\"base64\"") {
+            let v = json_of(&stdout);
+            let b64 = v["result"]["structuredContent"]["contenu_base64"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{}", hide(&stdout)));
+            use base64::Engine;
+            assert_eq!(
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .unwrap(),
+                std::fs::read(work.path().join("essai.txt")).unwrap()
+            );
+            "base64"
+        } else if cmd.contains("\"mode\":\"lien\"") {
+            let v = json_of(&stdout);
+            let link = v["result"]["structuredContent"]["url_telechargement"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{}", hide(&stdout)));
+            assert_eq!(
+                run(&format!("curl -sf '{link}'")).as_bytes(),
+                std::fs::read(work.path().join("essai.txt")).unwrap()
+            );
+            if cmd.contains("MCP-Protocol-Version: 2026-07-28") {
+                assert_eq!(v["result"]["resultType"], "complete");
+                "lien_2026"
+            } else {
+                "lien_2025"
+            }
+        } else if cmd.ends_with(" consignes") {
+            assert!(stdout.contains(&format!("http://127.0.0.1:{port}/upload.php")));
+            "consignes"
+        } else {
+            panic!("unexpected printed command: {}", hide(cmd));
+        };
+        seen.push(what);
+    }
+    assert_eq!(
+        seen,
+        [
+            "fichier",
+            "depot",
+            "telechargement",
+            "decouverte",
+            "sans_jeton",
+            "tools_list",
+            "lien_2025",
+            "base64",
+            "lien_2026",
+            "inspector",
+            "consignes"
+        ]
+    );
+
+    // SIGTERM (like Ctrl-C) stops everything the demo started.
+    let oauth = run(&format!(
+        "curl -s http://127.0.0.1:{port}/.well-known/oauth-protected-resource"
+    ));
+    let server = json_of(&oauth)["authorization_servers"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    demo.stop();
+    for url in [format!("http://127.0.0.1:{port}/"), server] {
+        let st = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "--max-time", "3", &url])
+            .status()
+            .unwrap();
+        assert_eq!(st.code(), Some(7), "{url} still answers after SIGTERM");
+    }
+}

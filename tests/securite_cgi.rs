@@ -265,6 +265,53 @@ fn a_cgi_script_never_takes_options_from_argv() {
     }
 }
 
+/// mod_fcgid's case: fd 0 is a listening socket, so even with `GATEWAY_INTERFACE` in the
+/// environment the program is a FastCGI server and its argv (`FcgidWrapper`'s, the
+/// administrator's) is obeyed: `--config` wins over `DEPOT_FICHIERS_CONFIG`.
+#[test]
+fn with_a_listening_socket_on_fd0_the_administrators_argv_is_obeyed() {
+    let admin = site("");
+    let other = site("");
+    let text = std::fs::read_to_string(&admin.config)
+        .unwrap()
+        .replace("https://depot.example.org", "https://admin.example.org");
+    std::fs::write(&admin.config, text).unwrap();
+    let sock = admin.root.join("fcgid.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let mut c = Command::new(common::binary());
+    c.arg("--config")
+        .arg(&admin.config)
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("DEPOT_FICHIERS_CONFIG", &other.config)
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(listener)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = KillOnDrop(c.spawn().unwrap());
+    let r = common::fcgi::FcgiClient::unix(&sock).unwrap().request(
+        &[
+            ("REQUEST_METHOD", "GET"),
+            ("SCRIPT_NAME", "/.well-known/oauth-protected-resource"),
+            ("REQUEST_URI", "/.well-known/oauth-protected-resource"),
+        ],
+        b"",
+    );
+    drop(child);
+    let r = r.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(j["resource"], "https://admin.example.org/mcp.php", "{j}");
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A plain HTTP server on 127.0.0.1 that counts the requests it gets and answers every one with
 /// an RFC 7662 `active: true` for `resource`, as a hostile proxy would forge it.
 struct FakeProxy {

@@ -497,21 +497,27 @@ fn uploads_fed_from_a_pipe_at_full_speed_are_stored_whole() {
         assert!(stored == data, "{name}: stored bytes differ");
     }
 
-    // Part headers that never end are still refused, from a pipe too.
+    // Part headers that never end, and a preamble that never ends, are still refused (without
+    // reading the 8 MiB into memory), from a pipe too.
     let boundary = "----depot-fichiers-test-7d1f0a";
-    let mut body =
+    let mut header =
         format!("--{boundary}\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"")
             .into_bytes();
-    body.extend(std::iter::repeat_n(b'a', 8 * MIB));
+    header.extend(std::iter::repeat_n(b'a', 8 * MIB));
+    let preamble = vec![b'z'; 8 * MIB];
     let ct = format!("multipart/form-data; boundary={boundary}");
     let env = [
         ("CONTENT_TYPE", ct.as_str()),
         ("HTTP_AUTHORIZATION", auth.as_str()),
     ];
-    let out = run_cgi(&s.config, "/upload.php", &[], &env, &body);
-    assert_eq!(out.status(), 400, "{}", out.text());
-    let j: serde_json::Value = serde_json::from_slice(out.body()).unwrap();
-    assert_eq!(j["erreur"], "requete_invalide", "{j}");
+    for (row, body) in [("endless header", header), ("endless preamble", preamble)] {
+        let out = run_cgi(&s.config, "/upload.php", &[], &env, &body);
+        assert_eq!(out.status(), 400, "{row}: {}", out.text());
+        let j: serde_json::Value = serde_json::from_slice(out.body()).unwrap();
+        assert_eq!(j["erreur"], "requete_invalide", "{row}: {j}");
+    }
+    let tmp = common::entries(&s.root.join("files/.tmp"));
+    assert!(!tmp.iter().any(|n| n.ends_with(".part")), "{tmp:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,12 +2,15 @@
 //!
 //! [`run`] builds a current-thread tokio runtime with a `LocalSet` (handlers are `!Send`), finds
 //! out how it was started, and serves:
-//! - **FastCGI on fd 0** (mod_fcgid, spawn-fcgi): fd 0 is a listening socket, detected as php-cgi
-//!   and libfcgi do (`getpeername` fails with `ENOTCONN`), Unix or TCP by `getsockname`;
+//! - **FastCGI on fd 0** (mod_fcgid, spawn-fcgi): fd 0 is a listening socket (`SO_ACCEPTCONN`;
+//!   php-cgi and libfcgi look at `getpeername` failing with `ENOTCONN`, which this implies), Unix
+//!   or TCP by `getsockname`;
 //!   connections are served one at a time (mod_fcgid sends one request per process anyway);
 //! - **FastCGI on `--listen tcp:HOST:PORT` or `unix:/path`**: we bind ourselves and serve many
 //!   connections at once;
-//! - **CGI** (mod_cgid): fd 0 is not a socket and `GATEWAY_INTERFACE` is set (see [`cgi`]).
+//! - **CGI** (mod_cgid, mod_cgi): `GATEWAY_INTERFACE` is set and fd 0 is not a listening socket
+//!   (see [`cgi`]). [`is_cgi_request`] is the one place that decides it; `main` asks it before it
+//!   looks at argv, because a CGI server turns an `=`-less query string into arguments.
 //!
 //! The protocol itself is in [`record`] (pure codec, fuzzable) and [`conn`] (one connection).
 //! Nothing is ever written to stdout except the CGI response: under mod_fcgid stdout lands in
@@ -51,7 +54,7 @@ pub const LISTEN_MAX_CONNS: u32 = 256;
 pub enum RunError {
     /// Started without `--listen`, fd 0 is not a listening socket and this is not CGI.
     NotFastCgiNorCgi,
-    /// fd 0 is a socket, but neither Unix nor TCP, or not listening.
+    /// fd 0 is a listening socket, but neither Unix nor TCP.
     UnsupportedSocket,
     /// The `--listen` value is not `tcp:HOST:PORT` nor `unix:/path`.
     BadListen(String),
@@ -76,7 +79,7 @@ impl fmt::Display for RunError {
             ),
             RunError::UnsupportedSocket => write!(
                 f,
-                "l'entrée standard est une socket, mais pas une socket Unix ou TCP en écoute"
+                "l'entrée standard est une socket en écoute, mais ni Unix ni TCP"
             ),
             RunError::BadListen(s) => write!(
                 f,
@@ -157,7 +160,8 @@ enum InheritedSocket {
 pub fn run(listen: Option<&str>, handler: Handler) -> Result<(), RunError> {
     let mode = match listen {
         Some(spec) => Mode::Listen(ListenAddr::parse(spec)?),
-        None => detect_stdin()?,
+        None if is_cgi_request() => Mode::Cgi,
+        None => adopt_stdin()?,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -204,29 +208,36 @@ fn stop_signal() -> Result<impl Future<Output = ()>, RunError> {
     })
 }
 
-/// Decides what fd 0 is, like php-cgi and libfcgi: a socket whose `getpeername` fails with
-/// `ENOTCONN` is the listening socket the web server gave us.
-fn detect_stdin() -> Result<Mode, RunError> {
-    use rustix::io::Errno;
-    use rustix::net::{AddressFamily, getpeername, getsockname, sockopt};
+/// Whether this process is a CGI script: `GATEWAY_INTERFACE` is set and fd 0 is not a listening
+/// socket. Decided from the environment and fd 0 only, never from argv (under CGI, argv is the
+/// client's query string). mod_fcgid and spawn-fcgi give a listening socket on fd 0, so they are
+/// never taken for CGI even when the environment carries `GATEWAY_INTERFACE`.
+pub fn is_cgi_request() -> bool {
+    std::env::var_os("GATEWAY_INTERFACE").is_some() && !stdin_is_listening_socket()
+}
 
+/// fd 0 is a socket in the listening state (`SO_ACCEPTCONN`). A pipe, a file, a connected socket
+/// (mod_cgid's) or a closed fd 0 is not.
+fn stdin_is_listening_socket() -> bool {
+    let stdin = io::stdin();
+    matches!(
+        rustix::net::sockopt::socket_acceptconn(stdin.as_fd()),
+        Ok(true)
+    )
+}
+
+/// Takes fd 0 as the listening socket the web server gave us (mod_fcgid, spawn-fcgi), Unix or
+/// TCP by `getsockname`.
+fn adopt_stdin() -> Result<Mode, RunError> {
+    use rustix::io::Errno;
+    use rustix::net::{AddressFamily, getsockname};
+
+    if !stdin_is_listening_socket() {
+        return Err(RunError::NotFastCgiNorCgi);
+    }
     let stdin = io::stdin();
     let fd = stdin.as_fd();
-    match getpeername(fd) {
-        Err(Errno::NOTCONN) => {}
-        _ => {
-            // Not a socket (CGI: a pipe or a file), a connected socket, or no fd 0 at all.
-            return if std::env::var_os("GATEWAY_INTERFACE").is_some() {
-                Ok(Mode::Cgi)
-            } else {
-                Err(RunError::NotFastCgiNorCgi)
-            };
-        }
-    }
     let stdin_err = |e: Errno| RunError::Stdin(e.into());
-    if !sockopt::socket_acceptconn(fd).map_err(stdin_err)? {
-        return Err(RunError::UnsupportedSocket);
-    }
     let family = getsockname(fd).map_err(stdin_err)?.address_family();
     // Work on a duplicate: fd 0 itself stays open, so no later file can be given number 0.
     let owned: OwnedFd = rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(stdin_err)?;

@@ -1,6 +1,7 @@
 //! The `depot-fichiers` command: serve FastCGI (inherited fd 0, `--listen`) or one CGI request,
 //! or run one of the administration subcommands.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::rc::Rc;
 
@@ -20,31 +21,32 @@ macro_rules! outln {
     }};
 }
 
-fn load(cli: &Cli) -> Result<Config, ExitCode> {
-    let path = config::resolve_path(cli.config.as_deref());
-    config::load(&path).map_err(|e| {
+fn load(path: &Path) -> Result<Config, ExitCode> {
+    config::load(path).map_err(|e| {
         eprintln!("depot-fichiers : {} ({e})", path.display());
         ExitCode::from(1)
     })
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        // A CGI server passes an `=`-less query string as arguments: ignore them there.
-        Err(_) if std::env::var_os("GATEWAY_INTERFACE").is_some() => Cli {
-            config: None,
-            listen: None,
-            command: None,
-        },
-        Err(e) => e.exit(),
-    };
-    let cfg = match load(&cli) {
+    // Decided first, from the environment and fd 0 only. Under CGI, argv is the client's query
+    // string split on `+` (`/download.php?--config+/dev/stdin`): it is never parsed, and the
+    // configuration comes from the environment alone.
+    if fastcgi::is_cgi_request() {
+        let path = config::resolve_path(None);
+        return match load(&path) {
+            Ok(cfg) => serve(None, &path, cfg),
+            Err(code) => code,
+        };
+    }
+    let cli = Cli::parse();
+    let path = config::resolve_path(cli.config.as_deref());
+    let cfg = match load(&path) {
         Ok(c) => c,
         Err(code) => return code,
     };
     match cli.command {
-        Some(Command::CheckConfig) => check_config(&cli, &cfg),
+        Some(Command::CheckConfig) => check_config(&path, &cfg),
         Some(Command::Sweep) => sweep(cfg),
         Some(Command::Consignes {
             avec_token,
@@ -56,22 +58,25 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        None => serve(cli.listen.as_deref(), cfg),
+        None => serve(cli.listen.as_deref(), &path, cfg),
     }
 }
 
-fn check_config(cli: &Cli, cfg: &Config) -> ExitCode {
-    let path = config::resolve_path(cli.config.as_deref());
+/// The mode of the configuration file when group or others may read or write it.
+fn loose_mode(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
+    (mode & 0o077 != 0).then_some(mode)
+}
+
+fn check_config(path: &Path, cfg: &Config) -> ExitCode {
     outln!("# configuration valide : {}", path.display());
     outln!("{}", cfg.describe().trim_end());
-    if let Ok(m) = std::fs::metadata(&path) {
-        use std::os::unix::fs::PermissionsExt;
-        if m.permissions().mode() & 0o077 != 0 {
-            outln!(
-                "# attention : {} est lisible par d'autres utilisateurs (chmod 600 conseillé)",
-                path.display()
-            );
-        }
+    if loose_mode(path).is_some() {
+        outln!(
+            "# attention : {} est lisible par d'autres utilisateurs (chmod 600 conseillé)",
+            path.display()
+        );
     }
     for (key, dir) in [
         ("dossier_fichiers", &cfg.dossier_fichiers),
@@ -119,7 +124,7 @@ fn sweep(cfg: Config) -> ExitCode {
     }
 }
 
-fn serve(listen: Option<&str>, cfg: Config) -> ExitCode {
+fn serve(listen: Option<&str>, config_path: &Path, cfg: Config) -> ExitCode {
     let app = match App::new(cfg) {
         Ok(a) => Rc::new(a),
         Err(e) => {
@@ -127,6 +132,14 @@ fn serve(listen: Option<&str>, cfg: Config) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Once per process start (under CGI: once per request).
+    if let Some(mode) = loose_mode(config_path) {
+        app.log.line(&format!(
+            "attention : le fichier de configuration {} est lisible ou modifiable par d'autres \
+             utilisateurs (mode {mode:04o}) ; chmod 600 conseillé",
+            config_path.display()
+        ));
+    }
     let handler: fastcgi::Handler = Rc::new(move |req: Request| {
         let app = app.clone();
         Box::pin(async move { router::handle(&app, req).await })

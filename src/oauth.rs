@@ -316,11 +316,15 @@ pub fn client_basic_auth(cfg: &Config) -> String {
     )
 }
 
-/// One HTTP agent per process: no redirects followed, HTTP statuses returned (not errors).
+/// One HTTP agent per process: no redirects followed, HTTP statuses returned (not errors), and
+/// never a proxy. ureq's default configuration takes one from `ALL_PROXY`, `HTTPS_PROXY`,
+/// `HTTP_PROXY` (and lower-case); under CGI a client's `Proxy:` header arrives as `HTTP_PROXY`
+/// (httpoxy), which would hand the client secret to the caller and let it forge the answer.
 fn agent() -> &'static ureq::Agent {
     static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
     AGENT.get_or_init(|| {
         ureq::Agent::config_builder()
+            .proxy(None)
             .max_redirects(0)
             .max_redirects_will_error(false)
             .http_status_as_error(false)

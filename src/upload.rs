@@ -5,7 +5,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -20,7 +20,7 @@ use crate::router::App;
 use crate::store::{Published, StoreError};
 
 /// How many bytes multer may take from the body without handing anything back (part headers,
-/// preamble): beyond this the body is refused instead of being buffered.
+/// preamble): beyond this the body is refused instead of being buffered. See [`GuardedBody`].
 const MAX_UNPRODUCTIVE_BYTES: usize = 1024 * 1024;
 
 /// Handles one upload; every outcome is logged.
@@ -89,11 +89,11 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     let boundary = multer::parse_boundary(content_type).map_err(|_| {
         ApiError::RequeteInvalide("le corps doit être en multipart/form-data".into())
     })?;
-    let progress = Arc::new(AtomicUsize::new(0));
+    let progress = Arc::new(Progress::default());
     let body = std::mem::replace(&mut req.body, Body::empty());
     let stream = GuardedBody {
         body,
-        unproductive: progress.clone(),
+        progress: progress.clone(),
     };
     let mut multipart = multer::Multipart::new(stream, boundary);
 
@@ -101,7 +101,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     let mut name_error = None;
     loop {
         let field = multipart.next_field().await.map_err(multipart_error)?;
-        progress.store(0, Ordering::Relaxed);
+        progress.produced();
         let Some(mut field) = field else { break };
         let disposition = field
             .headers()
@@ -114,7 +114,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
         if !is_fichier || file_name.is_none() {
             // Other fields, and a text field named `fichier`, are read and ignored.
             while field.chunk().await.map_err(multipart_error)?.is_some() {
-                progress.store(0, Ordering::Relaxed);
+                progress.produced();
             }
             continue;
         }
@@ -130,14 +130,14 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
                 // Keep reading: two `fichier` parts is the more fundamental error.
                 name_error = Some(e);
                 while field.chunk().await.map_err(multipart_error)?.is_some() {
-                    progress.store(0, Ordering::Relaxed);
+                    progress.produced();
                 }
                 continue;
             }
         };
         let mut up = app.store.begin_upload().map_err(store_error)?;
         while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
-            progress.store(0, Ordering::Relaxed);
+            progress.produced();
             up.write(&chunk).map_err(|e| match e {
                 StoreError::TooLarge => {
                     ApiError::FichierTropVolumineux(app.cfg.taille_max_fichier_octets)
@@ -288,27 +288,56 @@ fn success(app: &App, name: &Name, p: &Published) -> Response {
         .header("X-Content-Type-Options", "nosniff")
 }
 
-/// The request body as multer wants it, refusing to feed more than [`MAX_UNPRODUCTIVE_BYTES`]
-/// while multer produces nothing (a part header that never ends would otherwise be buffered
-/// whole).
+/// What multer took from the body since it last handed something back (a field, or field data).
+#[derive(Default)]
+struct Progress {
+    taken: AtomicUsize,
+    /// The guard already paused once at the limit since multer last produced something.
+    paused: AtomicBool,
+}
+
+impl Progress {
+    /// Called by the upload loop each time multer hands back a field or a chunk of field data.
+    fn produced(&self) {
+        self.taken.store(0, Ordering::Relaxed);
+        self.paused.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The request body as multer wants it, refusing to feed it part headers (or a preamble) longer
+/// than [`MAX_UNPRODUCTIVE_BYTES`]: a part header that never ends would otherwise be buffered
+/// whole.
+///
+/// multer takes every chunk that is already available before it parses anything, so when the body
+/// arrives fast (CGI from a pipe) the bytes it took hold file data as well as part headers. So
+/// once it has taken [`MAX_UNPRODUCTIVE_BYTES`] without producing, the guard first pauses (returns
+/// `Pending`, after waking the task): multer then parses what it holds and hands back the field
+/// or its data, which resets the count. Only when multer still produced nothing after that pause
+/// are the bytes it holds part headers or preamble, and the body is refused. This also bounds what
+/// multer buffers to about the limit plus one chunk, however fast the body comes.
 struct GuardedBody {
     body: Body,
-    unproductive: Arc<AtomicUsize>,
+    progress: Arc<Progress>,
 }
 
 impl Stream for GuardedBody {
     type Item = io::Result<Bytes>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.unproductive.load(Ordering::Relaxed) > MAX_UNPRODUCTIVE_BYTES {
-            return Poll::Ready(Some(Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "en-têtes de partie trop longs",
-            ))));
+        let p = &self.progress;
+        if p.taken.load(Ordering::Relaxed) >= MAX_UNPRODUCTIVE_BYTES {
+            if p.paused.swap(true, Ordering::Relaxed) {
+                return Poll::Ready(Some(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "en-têtes de partie trop longs",
+                ))));
+            }
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         let r = Pin::new(&mut self.body).poll_next(cx);
         if let Poll::Ready(Some(Ok(b))) = &r {
-            self.unproductive.fetch_add(b.len(), Ordering::Relaxed);
+            self.progress.taken.fetch_add(b.len(), Ordering::Relaxed);
         }
         r
     }

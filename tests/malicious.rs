@@ -393,6 +393,26 @@ const TABLE: &[Row] = &[
             s.no_part_left("truncated");
         },
     ),
+    (
+        "900 kB part header, then a file at the size limit → 200 (only headers count)",
+        |s| {
+            let mut b = format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; \
+                 filename=\"bourre.bin\"\r\nX-Bourrage: "
+            )
+            .into_bytes();
+            b.extend(std::iter::repeat_n(b'b', 900_000));
+            b.extend_from_slice(b"\r\n\r\n");
+            let data = common::bytes(1 << 20, 3);
+            b.extend_from_slice(&data);
+            b.extend_from_slice(b"\r\n");
+            b.extend(end());
+            let r = upload(s, &multipart_ct(), &b);
+            assert_eq!(r.status, 200, "padded header: {}", r.text());
+            let stored = std::fs::read(s.files.join("bourre.bin")).unwrap();
+            assert!(stored == data, "padded header: stored bytes differ");
+        },
+    ),
     ("file over the limit → 413, no .part", |s| {
         let mut b = part(
             r#"form-data; name="fichier"; filename="gros.bin""#,
@@ -455,6 +475,17 @@ const TABLE: &[Row] = &[
             let d = download(s, &format!("fichier=a%0D%0AX-Injecte%3A%201&token={TOKEN}"));
             assert_api_error("crlf download", &d, 400, &["nom_invalide"]);
             assert!(d.header("X-Injecte").is_none());
+        },
+    ),
+    (
+        "query string shaped like options (`--config+/dev/stdin`) → the answer without it",
+        |s| {
+            // Under CGI such a query string becomes argv; FastCGI parameters never do.
+            let normal = download(s, "");
+            for q in ["--config+/dev/stdin", "--listen+tcp:127.0.0.1:9", "sweep"] {
+                let r = download(s, q);
+                assert_eq!((r.status, &r.body), (normal.status, &normal.body), "{q}");
+            }
         },
     ),
     ("NUL and traversal in the download name", |s| {

@@ -19,6 +19,8 @@ pub enum Mode {
     ProxyFcgi,
     /// Plain CGI under mod_cgid (`systemd-free/depot-fichiers-cgi.conf`).
     Cgi,
+    /// Plain CGI under mod_cgi (same vhost; the private Apache loads mod_cgi instead of mod_cgid).
+    ModCgi,
 }
 
 impl Mode {
@@ -27,7 +29,7 @@ impl Mode {
         repo().join(match self {
             Mode::Fcgid => "apache/depot-fichiers.conf",
             Mode::ProxyFcgi => "apache/depot-fichiers-proxy-fcgi.conf",
-            Mode::Cgi => "systemd-free/depot-fichiers-cgi.conf",
+            Mode::Cgi | Mode::ModCgi => "systemd-free/depot-fichiers-cgi.conf",
         })
     }
 }
@@ -72,7 +74,22 @@ impl Apache {
         values.insert("BLOC", format!("Include \"{}\"", bloc.display()));
         let template = fs::read_to_string(repo().join("apache/local.conf.template")).unwrap();
         let conf = state.root.join("apache.conf");
-        fs::write(&conf, fill(&template, &values)).unwrap();
+        let mut text = fill(&template, &values);
+        if mode == Mode::ModCgi {
+            text = text
+                .lines()
+                .filter(|l| !l.starts_with("ScriptSock"))
+                .map(|l| match l.strip_prefix("LoadModule cgid_module") {
+                    Some(rest) => format!(
+                        "LoadModule cgi_module{}",
+                        rest.replace("mod_cgid", "mod_cgi")
+                    ),
+                    None => l.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+        fs::write(&conf, text).unwrap();
         state.hand_over();
 
         let t = Command::new(apache2())

@@ -152,7 +152,8 @@ fn authorise(app: &App, token: &[u8], raw: &[u8]) -> Result<(Name, Option<Upload
         Ok(upload) => Ok((name, Some(upload))),
         Err(why) => {
             if app.log.debug_enabled() {
-                app.log.debug(&format!("lien par fichier refusé : {why:?}"));
+                app.log
+                    .debug(&format!("lien par fichier refusé : {}", why.words()));
             }
             Err(ApiError::TokenInvalide)
         }

@@ -60,6 +60,17 @@ pub enum Refusal {
     Expired,
 }
 
+impl Refusal {
+    /// French words for the log.
+    pub fn words(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "mal formé",
+            Refusal::Forged => "falsifié ou émis pour un autre nom",
+            Refusal::Expired => "expiré",
+        }
+    }
+}
+
 fn hmac(key: &[u8]) -> HmacSha256 {
     HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length")
 }
@@ -324,6 +335,15 @@ mod tests {
             .strip_prefix("https://d.example/download.php?fichier=rapport%20final.pdf&token=")
             .unwrap();
         assert_eq!(check(cap, "rapport final.pdf", NOW), Ok(UP));
+    }
+
+    #[test]
+    fn a_capability_in_a_query_string_is_redacted_like_the_token() {
+        let cap = capability(TOKEN, &name("a.txt"), UP);
+        let q = format!("fichier=a.txt&token={cap}");
+        let shown = crate::log::redact_query(&q);
+        assert_eq!(shown, "fichier=a.txt&token=l1.1…");
+        assert!(!shown.contains(cap.rsplit('.').next().unwrap()));
     }
 
     #[test]

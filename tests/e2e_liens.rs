@@ -82,7 +82,8 @@ fn forged(cap: &str) -> String {
 
 #[test]
 fn a_per_file_link_opens_that_upload_of_that_name_only() {
-    let a = Apache::with(Mode::Fcgid, &[ON]);
+    // debug: the log holds the most it ever does, and still no capability.
+    let a = Apache::with(Mode::Fcgid, &[ON, ("debug", "true")]);
     let s = &a.state;
     let content = bytes(150_000, 21);
     let link = upload_link(s, "devis dupont.docx", &content);
@@ -159,6 +160,7 @@ fn a_per_file_link_opens_that_upload_of_that_name_only() {
     assert!(!log.contains(&cap), "capability in the log");
     assert!(!log.contains(&s.token), "token in the log");
     assert!(log.contains("GET /download.php — téléchargement \"devis dupont.docx\" — OK"));
+    assert!(log.contains("DEBUG lien par fichier refusé : falsifié ou émis pour un autre nom"));
 }
 
 #[test]
@@ -188,6 +190,7 @@ fn a_per_file_link_expires_with_the_file() {
             ON,
             ("duree_max_depot_secondes", "2"),
             ("balayage_intervalle_min_ms", "0"),
+            ("debug", "true"),
         ],
     );
     let s = &a.state;
@@ -209,6 +212,9 @@ fn a_per_file_link_expires_with_the_file() {
     assert_refused(&curl(&[&link]), "expired capability");
     // The file is gone too: with the token it is the usual 404.
     assert_missing(&curl(&[&download(s, "court.txt", &s.token)]), "token");
+    let log = std::fs::read_to_string(s.log_file()).unwrap();
+    assert!(log.contains("DEBUG lien par fichier refusé : expiré"));
+    assert!(!log.contains(&cap), "capability in the log");
 }
 
 #[test]

@@ -598,6 +598,7 @@ fn t_jsonrpc(data: &[u8]) -> String {
             content: (mode == Mode::Base64).then(|| b"abc".to_vec()),
             upload: UploadId {
                 depot_timestamp: 0,
+                depot_nanosecondes: 0,
                 inode: 0,
             },
         },

@@ -71,7 +71,7 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         .map_err(|e| ApiError::ErreurInterne(e.to_string()))?
         .ok_or(ApiError::FichierIntrouvable)?;
     if let Some(upload) = link
-        && !upload.is(found.sidecar.depot_timestamp, found.ino)
+        && upload != UploadId::of(&found.sidecar, found.ino)
     {
         // A link of an older upload of this name: its holder knew the name, nothing leaks.
         return Err(ApiError::FichierIntrouvable);

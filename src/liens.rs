@@ -6,15 +6,18 @@
 //!
 //! - key: `K = HMAC-SHA256(token_acces, "depot-fichiers liens_par_fichier v1")`. Changing
 //!   `token_acces` revokes every link at once.
-//! - capability: `l1.<depot_timestamp>.<inode>.<base64url(HMAC-SHA256(K, msg))>` with
-//!   `msg = "l1" ‖ u64be(len(name)) ‖ name ‖ i64be(depot_timestamp) ‖ u64be(inode)` (the length
-//!   prefix and fixed widths make the message unambiguous). `depot_timestamp` and `inode` are
-//!   those of the sidecar of the upload the link was issued for; a re-upload of the name makes a
-//!   new file (new inode, even within the same second), so older links stop matching.
+//! - capability: `l1.<depot_timestamp>.<depot_nanosecondes>.<inode>.<base64url(mac)>` with
+//!   `mac = HMAC-SHA256(K, "l1" ‖ u64be(len(name)) ‖ name ‖ i64be(depot_timestamp) ‖
+//!   u32be(depot_nanosecondes) ‖ u64be(inode))` (the length prefix and fixed widths make the
+//!   message unambiguous). The three numbers are those of the sidecar of the upload the link was
+//!   issued for ([`UploadId::of`]). A re-upload of the name makes a new file with a new sidecar,
+//!   so older links stop matching. The inode alone is not enough: ext4 hands a freed inode
+//!   number to the next file created, so the third upload of a name within one second can get
+//!   the first one's inode; the depot time to the nanosecond tells them apart.
 //! - verification ([`verify`]), before any look-up: well-formed, MAC equal in constant time for
 //!   the requested name, `now − depot_timestamp ≤ duree_max_depot_secondes` (the file's latest
 //!   possible expiry, same rule as the store's). Then the caller looks the file up and answers
-//!   404 unless its sidecar is that same upload ([`UploadId::is`]).
+//!   404 unless its sidecar is that same upload.
 //!
 //! A capability is a secret like the token: never logged in full (`log::redact`).
 
@@ -25,6 +28,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::names::{Name, percent_encode};
+use crate::store::Sidecar;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -35,17 +39,23 @@ const KEY_LABEL: &[u8] = b"depot-fichiers liens_par_fichier v1";
 /// Bytes of an HMAC-SHA256 tag.
 const TAG_LEN: usize = 32;
 
-/// One upload of a name: its depot time (sidecar) and the inode of its file.
+/// One upload of a name: its depot time to the nanosecond (sidecar) and the inode of its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UploadId {
     pub depot_timestamp: i64,
+    pub depot_nanosecondes: u32,
     pub inode: u64,
 }
 
 impl UploadId {
-    /// Is the stored file (its sidecar's depot time, its inode) this upload?
-    pub fn is(&self, depot_timestamp: i64, inode: u64) -> bool {
-        self.depot_timestamp == depot_timestamp && self.inode == inode
+    /// The upload a sidecar describes, for the file with inode `inode`. A sidecar written
+    /// before `depot_nanosecondes` existed counts as 0 (links are computed from the sidecar too).
+    pub fn of(sidecar: &Sidecar, inode: u64) -> UploadId {
+        UploadId {
+            depot_timestamp: sidecar.depot_timestamp,
+            depot_nanosecondes: sidecar.depot_nanosecondes.unwrap_or(0),
+            inode,
+        }
     }
 }
 
@@ -90,6 +100,7 @@ fn tag(token_acces: &str, name: &Name, upload: UploadId) -> [u8; TAG_LEN] {
     m.update(&(name.len() as u64).to_be_bytes());
     m.update(name);
     m.update(&upload.depot_timestamp.to_be_bytes());
+    m.update(&upload.depot_nanosecondes.to_be_bytes());
     m.update(&upload.inode.to_be_bytes());
     m.finalize().into_bytes().into()
 }
@@ -97,8 +108,9 @@ fn tag(token_acces: &str, name: &Name, upload: UploadId) -> [u8; TAG_LEN] {
 /// The capability of one upload of `name`.
 pub fn capability(token_acces: &str, name: &Name, upload: UploadId) -> String {
     format!(
-        "{VERSION}.{}.{}.{}",
+        "{VERSION}.{}.{}.{}.{}",
         upload.depot_timestamp,
+        upload.depot_nanosecondes,
         upload.inode,
         URL_SAFE_NO_PAD.encode(tag(token_acces, name, upload))
     )
@@ -114,7 +126,8 @@ fn canonical<T: std::str::FromStr + ToString>(s: &str) -> Option<T> {
 fn parse(presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])> {
     let s = std::str::from_utf8(presented).ok()?;
     let mut fields = s.split('.');
-    let (version, ts, ino, mac) = (
+    let (version, ts, ns, ino, mac) = (
+        fields.next()?,
         fields.next()?,
         fields.next()?,
         fields.next()?,
@@ -125,6 +138,7 @@ fn parse(presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])> {
     }
     let upload = UploadId {
         depot_timestamp: canonical(ts)?,
+        depot_nanosecondes: canonical(ns)?,
         inode: canonical(ino)?,
     };
     let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
@@ -180,6 +194,7 @@ mod tests {
     const NOW: i64 = 1_785_000_000;
     const UP: UploadId = UploadId {
         depot_timestamp: NOW - 10,
+        depot_nanosecondes: 123_456_789,
         inode: 4242,
     };
 
@@ -194,7 +209,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let cap = capability(TOKEN, &name("devis dupont.docx"), UP);
-        assert!(cap.starts_with(&format!("l1.{}.4242.", NOW - 10)));
+        assert!(cap.starts_with(&format!("l1.{}.123456789.4242.", NOW - 10)));
         assert!(!cap.contains(TOKEN));
         assert_eq!(check(&cap, "devis dupont.docx", NOW), Ok(UP));
         // Deterministic: no state, the same link every time.
@@ -219,28 +234,41 @@ mod tests {
         let n = name("a.txt");
         let cap = capability(TOKEN, &n, UP);
         let mac = cap.rsplit('.').next().unwrap();
-        let other_inode = format!("l1.{}.4243.{mac}", UP.depot_timestamp);
-        assert_eq!(check(&other_inode, "a.txt", NOW), Err(Refusal::Forged));
-        let other_time = format!("l1.{}.4242.{mac}", UP.depot_timestamp + 1);
-        assert_eq!(check(&other_time, "a.txt", NOW), Err(Refusal::Forged));
-        // The genuine capability of another upload is another upload (the caller compares it
-        // with the sidecar).
-        assert!(
-            !check(&cap, "a.txt", NOW)
-                .unwrap()
-                .is(UP.depot_timestamp, 4243)
-        );
-        assert!(
-            check(&cap, "a.txt", NOW)
-                .unwrap()
-                .is(UP.depot_timestamp, 4242)
-        );
+        let ts = UP.depot_timestamp;
+        for other in [
+            format!("l1.{ts}.123456789.4243.{mac}"),
+            format!("l1.{}.123456789.4242.{mac}", ts + 1),
+            format!("l1.{ts}.123456788.4242.{mac}"),
+        ] {
+            assert_eq!(check(&other, "a.txt", NOW), Err(Refusal::Forged));
+        }
+        // The identity comes from the sidecar; the caller compares it with the file found.
+        let sc = Sidecar {
+            nom_original: "a.txt".into(),
+            depot_timestamp: ts,
+            taille_octets: 1,
+            inode: Some(4242),
+            depot_nanosecondes: Some(123_456_789),
+        };
+        assert_eq!(check(&cap, "a.txt", NOW), Ok(UploadId::of(&sc, 4242)));
+        // Same second, same inode (a freed inode handed back), another nanosecond: another upload.
+        let again = Sidecar {
+            depot_nanosecondes: Some(987_654_321),
+            ..sc.clone()
+        };
+        assert_ne!(UploadId::of(&again, 4242), UP);
+        let old = Sidecar {
+            depot_nanosecondes: None,
+            ..sc
+        };
+        assert_eq!(UploadId::of(&old, 1).depot_nanosecondes, 0);
     }
 
     #[test]
     fn valid_until_the_latest_expiry_only() {
         let up = UploadId {
             depot_timestamp: NOW,
+            depot_nanosecondes: 0,
             inode: 7,
         };
         let cap = capability(TOKEN, &name("a.txt"), up);
@@ -292,7 +320,7 @@ mod tests {
             check(&cap.replacen("l1.", "l2.", 1), "a.txt", NOW),
             Err(Refusal::Malformed)
         );
-        for junk in ["", "l1", "l1...", TOKEN, "l1.1.2.", "\u{e9}"] {
+        for junk in ["", "l1", "l1....", TOKEN, "l1.1.2.3.", "l1.1.2.3", "\u{e9}"] {
             assert_eq!(check(junk, "a.txt", NOW), Err(Refusal::Malformed), "{junk}");
         }
         // Not UTF-8.

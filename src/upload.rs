@@ -283,11 +283,8 @@ fn success(app: &App, name: &Name, p: &Published) -> Response {
             &app.cfg.token_acces,
             app.cfg.liens_par_fichier,
             name,
-            UploadId {
-                depot_timestamp: p.sidecar.depot_timestamp,
-                // Always recorded by `publish`; 0 would only make a link that opens nothing.
-                inode: p.sidecar.inode.unwrap_or(0),
-            },
+            // The inode is always recorded by `publish` (0 would make a link that opens nothing).
+            UploadId::of(&p.sidecar, p.sidecar.inode.unwrap_or(0)),
         ),
         "expire_au_plus_tard_dans_secondes": max_age,
         "sha256": p.sha256_hex,

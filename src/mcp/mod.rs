@@ -121,10 +121,7 @@ pub fn store_source(app: &App) -> impl FnMut(&Name, Mode) -> FileOutcome + '_ {
         FileOutcome::Found {
             size,
             content,
-            upload: UploadId {
-                depot_timestamp: found.sidecar.depot_timestamp,
-                inode: found.ino,
-            },
+            upload: UploadId::of(&found.sidecar, found.ino),
         }
     }
 }

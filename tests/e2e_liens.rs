@@ -14,6 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::apache::{Apache, Mode};
 use common::introspection::{self, IntrospectionServer};
 use common::{Reply, State, audit, bytes, curl, local_file, upload};
+use depot_fichiers::liens::{self, UploadId};
+use depot_fichiers::names::Name;
+use depot_fichiers::store::Sidecar;
 use serde_json::{Value, json};
 
 const ON: (&str, &str) = ("liens_par_fichier", "true");
@@ -161,6 +164,41 @@ fn a_per_file_link_opens_that_upload_of_that_name_only() {
     assert!(!log.contains(&s.token), "token in the log");
     assert!(log.contains("GET /download.php — téléchargement \"devis dupont.docx\" — OK"));
     assert!(log.contains("DEBUG lien par fichier refusé : falsifié ou émis pour un autre nom"));
+}
+
+/// The capability the server would issue for the file stored under `name`, computed from its
+/// sidecar with the library (registered with the secrets audit).
+fn capability_from_sidecar(state: &State, name: &str) -> String {
+    let sc: Sidecar = serde_json::from_slice(&std::fs::read(state.sidecar(name)).unwrap()).unwrap();
+    let ino =
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(state.files().join(name)).unwrap());
+    let name = Name::parse(name.as_bytes()).unwrap();
+    let cap = liens::capability(&state.token, &name, UploadId::of(&sc, ino));
+    audit::secret(&cap);
+    cap
+}
+
+#[test]
+fn the_link_is_bound_to_the_sidecar_and_the_option_off_accepts_no_capability() {
+    let on = Apache::with(Mode::Fcgid, &[ON]);
+    let link = upload_link(&on.state, "lie.txt", b"x");
+    assert_eq!(
+        capability_of(&on.state, &link),
+        capability_from_sidecar(&on.state, "lie.txt")
+    );
+
+    // Option off (the default): the links are the contract's, and even a genuine capability
+    // opens nothing.
+    let off = Apache::start();
+    let s = &off.state;
+    let (_d, path) = local_file("lie.txt", b"x");
+    let r = upload(s, &path);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let link = r.json()["url_telechargement"].as_str().unwrap().to_string();
+    assert_eq!(link, download(s, "lie.txt", &s.token));
+    let cap = capability_from_sidecar(s, "lie.txt");
+    assert_refused(&curl(&[&download(s, "lie.txt", &cap)]), "option off");
+    assert_eq!(curl(&[&link]).status, 200);
 }
 
 #[test]

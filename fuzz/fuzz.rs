@@ -16,6 +16,7 @@ use depot_fichiers::config;
 use depot_fichiers::fastcgi::record::{self, DecodeError};
 use depot_fichiers::fastcgi::{ConnConfig, Handler, serve_connection};
 use depot_fichiers::http::{Body, Params, Request, Response, ResponseBody};
+use depot_fichiers::liens::UploadId;
 use depot_fichiers::mcp::protocol::{self, Ctx, McpHeaders, Reply};
 use depot_fichiers::mcp::tool::{FileOutcome, Mode, ToolCtx};
 use depot_fichiers::names::{self, MAX_NAME_BYTES, Name};
@@ -588,12 +589,18 @@ fn t_jsonrpc(data: &[u8]) -> String {
         tool: ToolCtx {
             url_base: "https://depot.example.org",
             token_acces: TOKEN,
+            liens_par_fichier: false,
         },
     };
     let mut files = |name: &Name, mode: Mode| match name.as_str().as_bytes()[0] {
         b'a' => FileOutcome::Found {
             size: 3,
             content: (mode == Mode::Base64).then(|| b"abc".to_vec()),
+            upload: UploadId {
+                depot_timestamp: 0,
+                depot_nanosecondes: 0,
+                inode: 0,
+            },
         },
         b'b' => FileOutcome::TooLarge { size: 10, max: 5 },
         b'e' => FileOutcome::Error("boom".into()),

@@ -46,6 +46,8 @@ pub struct Config {
     /// Smaller files are still sent by the program (one FastCGI record is cheaper than
     /// mod_xsendfile's extra work).
     pub x_sendfile_taille_min_octets: u64,
+    /// Links carry a per-file capability instead of `token_acces` (see `liens.rs`).
+    pub liens_par_fichier: bool,
 }
 
 /// What the TOML file may contain; `None` = take the default.
@@ -77,6 +79,7 @@ struct Raw {
     nombre_logs_conserves: Option<u32>,
     x_sendfile: Option<bool>,
     x_sendfile_taille_min_octets: Option<u64>,
+    liens_par_fichier: Option<bool>,
 }
 
 /// Every key the file may hold, in the order of the example file.
@@ -106,6 +109,7 @@ pub const KEYS: &[&str] = &[
     "nombre_logs_conserves",
     "x_sendfile",
     "x_sendfile_taille_min_octets",
+    "liens_par_fichier",
 ];
 
 const REQUIRED: &[&str] = &[
@@ -341,6 +345,7 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
         nombre_logs_conserves: nombre_logs,
         x_sendfile: r.x_sendfile.unwrap_or(false),
         x_sendfile_taille_min_octets: r.x_sendfile_taille_min_octets.unwrap_or(MIB),
+        liens_par_fichier: r.liens_par_fichier.unwrap_or(false),
     })
 }
 
@@ -437,6 +442,7 @@ impl Config {
             "x_sendfile_taille_min_octets",
             self.x_sendfile_taille_min_octets.to_string(),
         );
+        line("liens_par_fichier", self.liens_par_fichier.to_string());
         s
     }
 

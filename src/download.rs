@@ -6,9 +6,10 @@ use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::http::{Request, Response, ResponseBody};
+use crate::liens::{self, UploadId};
 use crate::names::{Name, query_param};
 use crate::router::App;
-use crate::store::Found;
+use crate::store::{Found, now_secs};
 
 /// Handles one download; every outcome is logged.
 pub fn handle(app: &App, req: &Request) -> Response {
@@ -62,17 +63,19 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         return Err(ApiError::MethodeNonAutorisee("GET, HEAD"));
     }
     let token = query_param(req.query(), "token").unwrap_or_default();
-    let ok: bool = token.ct_eq(app.cfg.token_acces.as_bytes()).into();
-    if !ok {
-        return Err(ApiError::TokenInvalide);
-    }
     let raw = query_param(req.query(), "fichier").unwrap_or_default();
-    let name = Name::parse(&raw)?;
+    let (name, link) = authorise(app, &token, &raw)?;
     let found = app
         .store
         .lookup(&name)
         .map_err(|e| ApiError::ErreurInterne(e.to_string()))?
         .ok_or(ApiError::FichierIntrouvable)?;
+    if let Some(upload) = link
+        && upload != UploadId::of(&found.sidecar, found.ino)
+    {
+        // A link of an older upload of this name: its holder knew the name, nothing leaks.
+        return Err(ApiError::FichierIntrouvable);
+    }
     if app.log.debug_enabled() {
         app.log.debug(&format!(
             "expiration \"{name}\" : déposé à {}, {} octets",
@@ -123,6 +126,38 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         touch_when_sent: touch,
     };
     Ok((name, resp, shown))
+}
+
+/// Who may read what: `token_acces` opens every name (then the name is checked: 400); with
+/// `liens_par_fichier`, a capability opens the one upload of the one name it was issued for
+/// (`Some(upload)`, compared with the sidecar after the look-up). Anything else is refused
+/// before the store is looked at, so a forged capability cannot probe which names exist.
+fn authorise(app: &App, token: &[u8], raw: &[u8]) -> Result<(Name, Option<UploadId>), ApiError> {
+    let full: bool = token.ct_eq(app.cfg.token_acces.as_bytes()).into();
+    if full {
+        return Ok((Name::parse(raw)?, None));
+    }
+    if !app.cfg.liens_par_fichier {
+        return Err(ApiError::TokenInvalide);
+    }
+    let name = Name::parse(raw).map_err(|_| ApiError::TokenInvalide)?;
+    let checked = liens::verify(
+        &app.cfg.token_acces,
+        app.cfg.duree_max_depot_secondes,
+        &name,
+        token,
+        now_secs(),
+    );
+    match checked {
+        Ok(upload) => Ok((name, Some(upload))),
+        Err(why) => {
+            if app.log.debug_enabled() {
+                app.log
+                    .debug(&format!("lien par fichier refusé : {}", why.words()));
+            }
+            Err(ApiError::TokenInvalide)
+        }
+    }
 }
 
 /// A strong validator that changes with every upload (new inode) of the name.

@@ -9,6 +9,7 @@ pub mod download;
 pub mod error;
 pub mod fastcgi;
 pub mod http;
+pub mod liens;
 pub mod log;
 pub mod mcp;
 pub mod metadata;

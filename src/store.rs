@@ -77,6 +77,11 @@ pub struct Sidecar {
     /// sidecars written before it existed: those are matched on the size alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inode: Option<u64>,
+    /// Sub-second part of the depot time. With `depot_timestamp` and `inode` it tells two
+    /// uploads of a name apart even when a filesystem hands a freed inode back within the same
+    /// second (ext4 does): what a per-file link is bound to (`liens.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depot_nanosecondes: Option<u32>,
 }
 
 impl Sidecar {
@@ -713,6 +718,10 @@ impl Upload {
             depot_timestamp: depot,
             taille_octets: self.written,
             inode: Some(file.metadata()?.ino()),
+            depot_nanosecondes: published_at
+                .duration_since(UNIX_EPOCH)
+                .ok()
+                .map(|d| d.subsec_nanos()),
         };
         // The sidecar is written under its own temporary name, then renamed too.
         let sc_part = PathBuf::from(format!(
@@ -901,6 +910,7 @@ mod tests {
             depot_timestamp: now_secs() - 1001,
             taille_octets: 1,
             inode: None,
+            depot_nanosecondes: None,
         };
         std::fs::write(
             d.path().join("files/.meta/old.json"),
@@ -980,6 +990,7 @@ mod tests {
             depot_timestamp: now_secs(),
             taille_octets: 3,
             inode: None,
+            depot_nanosecondes: None,
         };
         std::fs::write(
             d.path().join("files/.meta/v.json"),

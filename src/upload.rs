@@ -15,7 +15,8 @@ use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::http::{Body, Request, Response};
-use crate::names::{self, Name};
+use crate::liens::{self, UploadId};
+use crate::names::Name;
 use crate::router::App;
 use crate::store::{Published, StoreError};
 
@@ -277,7 +278,14 @@ fn success(app: &App, name: &Name, p: &Published) -> Response {
         "succes": true,
         "nom": name.as_str(),
         "taille_octets": p.sidecar.taille_octets,
-        "url_telechargement": names::download_url(&app.cfg.url_base, name, &app.cfg.token_acces),
+        "url_telechargement": liens::download_url(
+            &app.cfg.url_base,
+            &app.cfg.token_acces,
+            app.cfg.liens_par_fichier,
+            name,
+            // The inode is always recorded by `publish` (0 would make a link that opens nothing).
+            UploadId::of(&p.sidecar, p.sidecar.inode.unwrap_or(0)),
+        ),
         "expire_au_plus_tard_dans_secondes": max_age,
         "sha256": p.sha256_hex,
         "expire_a": expire_a,

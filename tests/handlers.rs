@@ -294,9 +294,11 @@ async fn upload_reply_matches_the_contract_field_by_field() {
     )
     .unwrap();
     // The contract's three fields, plus the inode of the file it was written for (how a mixed
-    // pair of two versions of the same size is told apart, see `store::Sidecar`).
-    assert_eq!(sc.as_object().unwrap().len(), 4);
+    // pair of two versions of the same size is told apart, see `store::Sidecar`) and the
+    // sub-second part of the depot time (what a per-file link is bound to, with the inode).
+    assert_eq!(sc.as_object().unwrap().len(), 5);
     assert!(sc["inode"].is_u64());
+    assert!(sc["depot_nanosecondes"].as_u64().unwrap() < 1_000_000_000);
     assert_eq!(sc["nom_original"], "devis dupont #1 & co+.docx");
     assert_eq!(sc["taille_octets"], 5);
     assert_eq!(

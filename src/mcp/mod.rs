@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::http::{Request, Response};
+use crate::liens::UploadId;
 use crate::names::Name;
 use crate::oauth;
 use crate::router::App;
@@ -117,7 +118,11 @@ pub fn store_source(app: &App) -> impl FnMut(&Name, Mode) -> FileOutcome + '_ {
                 "MCP tools/call recuperer_fichier — \"{name}\" — mise à jour du mtime impossible : {e} — ERREUR"
             ));
         }
-        FileOutcome::Found { size, content }
+        FileOutcome::Found {
+            size,
+            content,
+            upload: UploadId::of(&found.sidecar, found.ino),
+        }
     }
 }
 
@@ -205,6 +210,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         tool: ToolCtx {
             url_base: &cfg.url_base,
             token_acces: &cfg.token_acces,
+            liens_par_fichier: cfg.liens_par_fichier,
         },
     };
     let mut files = store_source(app);

@@ -6,7 +6,8 @@
 
 use serde_json::{Value, json};
 
-use crate::names::{Name, download_url};
+use crate::liens::{UploadId, download_url};
+use crate::names::Name;
 
 use super::protocol::{RpcError, Version};
 
@@ -36,8 +37,13 @@ impl Mode {
 pub enum FileOutcome {
     /// Missing, expired (and then deleted), or without sidecar: indistinguishable.
     Missing,
-    /// Live and counted as downloaded; `content` holds the bytes in mode base64.
-    Found { size: u64, content: Option<Vec<u8>> },
+    /// Live and counted as downloaded; `content` holds the bytes in mode base64; `upload` is
+    /// the upload found (for a per-file link).
+    Found {
+        size: u64,
+        content: Option<Vec<u8>>,
+        upload: UploadId,
+    },
     /// Mode base64 refused: the file is larger than `taille_max_base64_octets`.
     TooLarge { size: u64, max: u64 },
     /// The store failed (logged by the caller; the client sees an internal error).
@@ -51,6 +57,8 @@ pub type FileSource<'a> = dyn FnMut(&Name, Mode) -> FileOutcome + 'a;
 pub struct ToolCtx<'a> {
     pub url_base: &'a str,
     pub token_acces: &'a str,
+    /// `liens_par_fichier`: links carry the upload's capability instead of `token_acces`.
+    pub liens_par_fichier: bool,
 }
 
 /// The tool object of `tools/list`; `title` and `outputSchema` exist from 2025-06-18 on.
@@ -251,7 +259,11 @@ pub fn call(
             Failure::Internal,
             Some(format!("{head} — erreur du stockage : {why} — ERREUR")),
         ),
-        FileOutcome::Found { size, content } => {
+        FileOutcome::Found {
+            size,
+            content,
+            upload,
+        } => {
             let structured = match (mode, content) {
                 (Mode::Base64, Some(bytes)) => {
                     use base64::Engine;
@@ -270,7 +282,13 @@ pub fn call(
                 }
                 (Mode::Lien, _) => json!({
                     "nom": name.as_str(),
-                    "url_telechargement": download_url(ctx.url_base, &name, ctx.token_acces),
+                    "url_telechargement": download_url(
+                        ctx.url_base,
+                        ctx.token_acces,
+                        ctx.liens_par_fichier,
+                        &name,
+                        upload,
+                    ),
                     "taille_octets": size,
                 }),
             };

@@ -118,7 +118,8 @@ pub struct State {
 
 impl State {
     /// `extra` are TOML `key = value` pairs (value already TOML-encoded) that replace the
-    /// template's line for that key or are appended.
+    /// template's line for that key or are appended. The template turns `liens_par_fichier` on
+    /// for `apache/demo`; tests keep the contract's links (the default, off) unless `extra` asks.
     pub fn new(port: u16, extra: &[(&str, &str)]) -> State {
         let dir = tempfile::Builder::new()
             .prefix("depot-fichiers-e2e.")
@@ -147,6 +148,10 @@ impl State {
         let template =
             fs::read_to_string(repo().join("apache/local.config.toml.template")).unwrap();
         let mut config = fill(&template, &state.values());
+        let mut extra = extra.to_vec();
+        if !extra.iter().any(|(k, _)| *k == "liens_par_fichier") {
+            extra.insert(0, ("liens_par_fichier", "false"));
+        }
         for (key, value) in extra {
             let prefix = format!("{key} = ");
             let line = format!("{key} = {value}");

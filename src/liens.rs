@@ -1,0 +1,389 @@
+//! Per-file download links (`liens_par_fichier = true`): the `token=` of a `url_telechargement`
+//! is a capability for one upload of one name instead of `token_acces`, so that whoever receives a
+//! link (a connector, a third party) can fetch that file and nothing else, and cannot upload.
+//!
+//! Design (no new state on disk: everything is recomputed from the configuration and the sidecar):
+//!
+//! - key: `K = HMAC-SHA256(token_acces, "depot-fichiers liens_par_fichier v1")`. Changing
+//!   `token_acces` revokes every link at once.
+//! - capability: `l1.<depot_timestamp>.<depot_nanosecondes>.<inode>.<base64url(mac)>` with
+//!   `mac = HMAC-SHA256(K, "l1" ‖ u64be(len(name)) ‖ name ‖ i64be(depot_timestamp) ‖
+//!   u32be(depot_nanosecondes) ‖ u64be(inode))` (the length prefix and fixed widths make the
+//!   message unambiguous). The three numbers are those of the sidecar of the upload the link was
+//!   issued for ([`UploadId::of`]). A re-upload of the name makes a new file with a new sidecar,
+//!   so older links stop matching. The inode alone is not enough: ext4 hands a freed inode
+//!   number to the next file created, so the third upload of a name within one second can get
+//!   the first one's inode; the depot time to the nanosecond tells them apart.
+//! - verification ([`verify`]), before any look-up: well-formed, MAC equal in constant time for
+//!   the requested name, `now − depot_timestamp ≤ duree_max_depot_secondes` (the file's latest
+//!   possible expiry, same rule as the store's). Then the caller looks the file up and answers
+//!   404 unless its sidecar is that same upload.
+//!
+//! A capability is a secret like the token: never logged in full (`log::redact`).
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+use crate::names::{Name, percent_encode};
+use crate::store::Sidecar;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Version tag: first field of a capability and first bytes of the MAC'd message.
+const VERSION: &str = "l1";
+/// Fixed label of the key derivation.
+const KEY_LABEL: &[u8] = b"depot-fichiers liens_par_fichier v1";
+/// Bytes of an HMAC-SHA256 tag.
+const TAG_LEN: usize = 32;
+
+/// One upload of a name: its depot time to the nanosecond (sidecar) and the inode of its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadId {
+    pub depot_timestamp: i64,
+    pub depot_nanosecondes: u32,
+    pub inode: u64,
+}
+
+impl UploadId {
+    /// The upload a sidecar describes, for the file with inode `inode`. A sidecar written
+    /// before `depot_nanosecondes` existed counts as 0 (links are computed from the sidecar too).
+    pub fn of(sidecar: &Sidecar, inode: u64) -> UploadId {
+        UploadId {
+            depot_timestamp: sidecar.depot_timestamp,
+            depot_nanosecondes: sidecar.depot_nanosecondes.unwrap_or(0),
+            inode,
+        }
+    }
+}
+
+/// Why a `token=` that is not `token_acces` does not open a name (all answered 401).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not of the capability's shape.
+    Malformed,
+    /// The MAC does not match this name, depot time and inode under this `token_acces`.
+    Forged,
+    /// Genuine, but the file's latest possible expiry has passed.
+    Expired,
+}
+
+impl Refusal {
+    /// French words for the log.
+    pub fn words(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "mal formé",
+            Refusal::Forged => "falsifié ou émis pour un autre nom",
+            Refusal::Expired => "expiré",
+        }
+    }
+}
+
+fn hmac(key: &[u8]) -> HmacSha256 {
+    HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length")
+}
+
+/// `K`, derived from `token_acces`.
+fn link_key(token_acces: &str) -> [u8; TAG_LEN] {
+    let mut m = hmac(token_acces.as_bytes());
+    m.update(KEY_LABEL);
+    m.finalize().into_bytes().into()
+}
+
+/// The MAC of one upload of `name`.
+fn tag(token_acces: &str, name: &Name, upload: UploadId) -> [u8; TAG_LEN] {
+    let name = name.as_str().as_bytes();
+    let mut m = hmac(&link_key(token_acces));
+    m.update(VERSION.as_bytes());
+    m.update(&(name.len() as u64).to_be_bytes());
+    m.update(name);
+    m.update(&upload.depot_timestamp.to_be_bytes());
+    m.update(&upload.depot_nanosecondes.to_be_bytes());
+    m.update(&upload.inode.to_be_bytes());
+    m.finalize().into_bytes().into()
+}
+
+/// The capability of one upload of `name`.
+pub fn capability(token_acces: &str, name: &Name, upload: UploadId) -> String {
+    format!(
+        "{VERSION}.{}.{}.{}.{}",
+        upload.depot_timestamp,
+        upload.depot_nanosecondes,
+        upload.inode,
+        URL_SAFE_NO_PAD.encode(tag(token_acces, name, upload))
+    )
+}
+
+/// A decimal number written the one way `to_string` writes it (no sign, zero or space padding).
+fn canonical<T: std::str::FromStr + ToString>(s: &str) -> Option<T> {
+    let v: T = s.parse().ok()?;
+    (v.to_string() == s).then_some(v)
+}
+
+/// The upload and the tag a capability claims, if it has the shape of one.
+fn parse(presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])> {
+    let s = std::str::from_utf8(presented).ok()?;
+    let mut fields = s.split('.');
+    let (version, ts, ns, ino, mac) = (
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+    );
+    if fields.next().is_some() || version != VERSION {
+        return None;
+    }
+    let upload = UploadId {
+        depot_timestamp: canonical(ts)?,
+        depot_nanosecondes: canonical(ns)?,
+        inode: canonical(ino)?,
+    };
+    let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
+    Some((upload, mac.try_into().ok()?))
+}
+
+/// Checks the capability `presented` for `name` at time `now` (seconds): the upload it was
+/// issued for, or why it opens nothing. Pure: no look-up, so a forged capability cannot tell
+/// whether a name exists.
+pub fn verify(
+    token_acces: &str,
+    max_age_secs: u64,
+    name: &Name,
+    presented: &[u8],
+    now: i64,
+) -> Result<UploadId, Refusal> {
+    let (upload, claimed) = parse(presented).ok_or(Refusal::Malformed)?;
+    let genuine: bool = tag(token_acces, name, upload).ct_eq(&claimed).into();
+    if !genuine {
+        return Err(Refusal::Forged);
+    }
+    let max_age = i64::try_from(max_age_secs).unwrap_or(i64::MAX);
+    if now.saturating_sub(upload.depot_timestamp) > max_age {
+        return Err(Refusal::Expired);
+    }
+    Ok(upload)
+}
+
+/// The `url_telechargement` of one upload of `name`: with `token_acces` (the contract's link),
+/// or, when `per_file`, with the capability of that upload.
+pub fn download_url(
+    url_base: &str,
+    token_acces: &str,
+    per_file: bool,
+    name: &Name,
+    upload: UploadId,
+) -> String {
+    if !per_file {
+        return crate::names::download_url(url_base, name, token_acces);
+    }
+    format!(
+        "{url_base}/download.php?fichier={}&token={}",
+        name.percent_encoded(),
+        percent_encode(&capability(token_acces, name, upload))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    const NOW: i64 = 1_785_000_000;
+    const UP: UploadId = UploadId {
+        depot_timestamp: NOW - 10,
+        depot_nanosecondes: 123_456_789,
+        inode: 4242,
+    };
+
+    fn name(s: &str) -> Name {
+        Name::parse(s.as_bytes()).unwrap()
+    }
+
+    fn check(cap: &str, n: &str, now: i64) -> Result<UploadId, Refusal> {
+        verify(TOKEN, 3600, &name(n), cap.as_bytes(), now)
+    }
+
+    #[test]
+    fn round_trip() {
+        let cap = capability(TOKEN, &name("devis dupont.docx"), UP);
+        assert!(cap.starts_with(&format!("l1.{}.123456789.4242.", NOW - 10)));
+        assert!(!cap.contains(TOKEN));
+        assert_eq!(check(&cap, "devis dupont.docx", NOW), Ok(UP));
+        // Deterministic: no state, the same link every time.
+        assert_eq!(cap, capability(TOKEN, &name("devis dupont.docx"), UP));
+        // Only URL-safe characters: the link carries it unescaped.
+        assert!(
+            cap.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        );
+    }
+
+    #[test]
+    fn another_name_is_refused() {
+        let cap = capability(TOKEN, &name("a.txt"), UP);
+        assert_eq!(check(&cap, "b.txt", NOW), Err(Refusal::Forged));
+        assert_eq!(check(&cap, "a.txt ", NOW), Err(Refusal::Forged));
+        assert_eq!(check(&cap, "A.txt", NOW), Err(Refusal::Forged));
+    }
+
+    #[test]
+    fn another_upload_is_refused() {
+        let n = name("a.txt");
+        let cap = capability(TOKEN, &n, UP);
+        let mac = cap.rsplit('.').next().unwrap();
+        let ts = UP.depot_timestamp;
+        for other in [
+            format!("l1.{ts}.123456789.4243.{mac}"),
+            format!("l1.{}.123456789.4242.{mac}", ts + 1),
+            format!("l1.{ts}.123456788.4242.{mac}"),
+        ] {
+            assert_eq!(check(&other, "a.txt", NOW), Err(Refusal::Forged));
+        }
+        // The identity comes from the sidecar; the caller compares it with the file found.
+        let sc = Sidecar {
+            nom_original: "a.txt".into(),
+            depot_timestamp: ts,
+            taille_octets: 1,
+            inode: Some(4242),
+            depot_nanosecondes: Some(123_456_789),
+        };
+        assert_eq!(check(&cap, "a.txt", NOW), Ok(UploadId::of(&sc, 4242)));
+        // Same second, same inode (a freed inode handed back), another nanosecond: another upload.
+        let again = Sidecar {
+            depot_nanosecondes: Some(987_654_321),
+            ..sc.clone()
+        };
+        assert_ne!(UploadId::of(&again, 4242), UP);
+        let old = Sidecar {
+            depot_nanosecondes: None,
+            ..sc
+        };
+        assert_eq!(UploadId::of(&old, 1).depot_nanosecondes, 0);
+    }
+
+    #[test]
+    fn valid_until_the_latest_expiry_only() {
+        let up = UploadId {
+            depot_timestamp: NOW,
+            depot_nanosecondes: 0,
+            inode: 7,
+        };
+        let cap = capability(TOKEN, &name("a.txt"), up);
+        assert_eq!(check(&cap, "a.txt", NOW + 3600), Ok(up));
+        assert_eq!(check(&cap, "a.txt", NOW + 3601), Err(Refusal::Expired));
+        assert_eq!(
+            verify(TOKEN, 1, &name("a.txt"), cap.as_bytes(), NOW + 2),
+            Err(Refusal::Expired)
+        );
+        // A huge maximum age does not overflow.
+        assert_eq!(
+            verify(TOKEN, u64::MAX, &name("a.txt"), cap.as_bytes(), i64::MAX),
+            Ok(up)
+        );
+    }
+
+    #[test]
+    fn tampered_or_truncated_is_refused() {
+        let cap = capability(TOKEN, &name("a.txt"), UP);
+        // Every single-character change.
+        for i in 0..cap.len() {
+            let mut b = cap.clone().into_bytes();
+            b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+            assert!(check(&String::from_utf8(b).unwrap(), "a.txt", NOW).is_err());
+        }
+        // Every truncation, and an extension.
+        for i in 0..cap.len() {
+            assert!(check(&cap[..i], "a.txt", NOW).is_err(), "{i}");
+        }
+        assert_eq!(
+            check(&format!("{cap}A"), "a.txt", NOW),
+            Err(Refusal::Malformed)
+        );
+        assert_eq!(
+            check(&format!("{cap}.x"), "a.txt", NOW),
+            Err(Refusal::Malformed)
+        );
+        // Same numbers written differently: not the canonical form.
+        let rest = cap.strip_prefix("l1.").unwrap();
+        assert_eq!(
+            check(&format!("l1.+{rest}"), "a.txt", NOW),
+            Err(Refusal::Malformed)
+        );
+        assert_eq!(
+            check(&format!("l1.0{rest}"), "a.txt", NOW),
+            Err(Refusal::Malformed)
+        );
+        assert_eq!(
+            check(&cap.replacen("l1.", "l2.", 1), "a.txt", NOW),
+            Err(Refusal::Malformed)
+        );
+        for junk in ["", "l1", "l1....", TOKEN, "l1.1.2.3.", "l1.1.2.3", "\u{e9}"] {
+            assert_eq!(check(junk, "a.txt", NOW), Err(Refusal::Malformed), "{junk}");
+        }
+        // Not UTF-8.
+        assert_eq!(
+            verify(TOKEN, 3600, &name("a.txt"), b"l1.\xff", NOW),
+            Err(Refusal::Malformed)
+        );
+    }
+
+    #[test]
+    fn another_token_acces_revokes_every_link() {
+        let cap = capability(TOKEN, &name("a.txt"), UP);
+        let other = "fedcba9876543210fedcba9876543210";
+        assert_eq!(
+            verify(other, 3600, &name("a.txt"), cap.as_bytes(), NOW),
+            Err(Refusal::Forged)
+        );
+        assert_ne!(cap, capability(other, &name("a.txt"), UP));
+    }
+
+    #[test]
+    fn names_of_equal_prefix_do_not_collide() {
+        // Length prefix: ("ab", t) and ("a", …) never give the same message.
+        let a = capability(TOKEN, &name("ab"), UP);
+        let b = capability(TOKEN, &name("a"), UP);
+        assert_ne!(a.rsplit('.').next(), b.rsplit('.').next());
+    }
+
+    #[test]
+    fn links_follow_the_option() {
+        let n = name("rapport final.pdf");
+        let off = download_url("https://d.example", TOKEN, false, &n, UP);
+        assert_eq!(
+            off,
+            format!("https://d.example/download.php?fichier=rapport%20final.pdf&token={TOKEN}")
+        );
+        let on = download_url("https://d.example", TOKEN, true, &n, UP);
+        assert!(!on.contains(TOKEN));
+        let cap = on
+            .strip_prefix("https://d.example/download.php?fichier=rapport%20final.pdf&token=")
+            .unwrap();
+        assert_eq!(check(cap, "rapport final.pdf", NOW), Ok(UP));
+    }
+
+    #[test]
+    fn a_capability_in_a_query_string_is_redacted_like_the_token() {
+        let cap = capability(TOKEN, &name("a.txt"), UP);
+        let q = format!("fichier=a.txt&token={cap}");
+        let shown = crate::log::redact_query(&q);
+        assert_eq!(shown, "fichier=a.txt&token=l1.1…");
+        assert!(!shown.contains(cap.rsplit('.').next().unwrap()));
+    }
+
+    #[test]
+    fn the_option_is_off_by_default() {
+        let c = crate::config::parse(crate::config::tests::MINIMAL).unwrap();
+        assert!(!c.liens_par_fichier);
+        let c = crate::config::parse(&format!(
+            "{}\nliens_par_fichier = true",
+            crate::config::tests::MINIMAL
+        ))
+        .unwrap();
+        assert!(c.liens_par_fichier);
+        assert!(c.describe().contains("liens_par_fichier = true"));
+    }
+}

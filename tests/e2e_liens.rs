@@ -1,0 +1,346 @@
+//! `liens_par_fichier = true` end to end, through a private Apache with mod_fcgid (the production
+//! setup): the links of the upload reply and of the MCP tool carry a per-file capability instead
+//! of `token_acces`, which opens that upload of that name only, never another name, never an
+//! upload, and not after the file's latest possible expiry. A forged capability is refused
+//! before any look-up (the same 401 whether the name exists or not).
+//!
+//! Capabilities are secrets: they are registered with the secrets audit and never printed in
+//! full by these tests.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::apache::{Apache, Mode};
+use common::introspection::{self, IntrospectionServer};
+use common::{Reply, State, audit, bytes, curl, local_file, upload};
+use depot_fichiers::liens::{self, UploadId};
+use depot_fichiers::names::Name;
+use depot_fichiers::store::Sidecar;
+use serde_json::{Value, json};
+
+const ON: (&str, &str) = ("liens_par_fichier", "true");
+
+/// A secret shown by its first characters only (failure messages).
+fn shown(s: &str) -> String {
+    format!("{}…", s.chars().take(12).collect::<String>())
+}
+
+/// The `token=` of a link, registered with the secrets audit (and its MAC alone, which is
+/// enough to rebuild it).
+fn capability_of(state: &State, link: &str) -> String {
+    let (_, cap) = link
+        .split_once("&token=")
+        .unwrap_or_else(|| panic!("no token= in {}", shown(link)));
+    audit::secret(cap);
+    audit::secret(cap.rsplit('.').next().unwrap_or(cap));
+    assert!(
+        !cap.contains(&state.token),
+        "the link carries token_acces: {}",
+        shown(link)
+    );
+    assert!(cap.starts_with("l1."), "not a capability: {}", shown(cap));
+    cap.to_string()
+}
+
+/// `download.php` for the (already percent-encoded) name with this `token=`.
+fn download(state: &State, name_in_url: &str, token: &str) -> String {
+    format!(
+        "{}/download.php?fichier={name_in_url}&token={token}",
+        state.url
+    )
+}
+
+/// Uploads `content` as `name` and returns the reply's `url_telechargement`.
+fn upload_link(state: &State, name: &str, content: &[u8]) -> String {
+    let (_d, path) = local_file(name, content);
+    let r = upload(state, &path);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
+    let j = r.json();
+    assert_eq!(j["nom"], json!(name));
+    let link = j["url_telechargement"].as_str().unwrap().to_string();
+    let prefix = format!("{}/download.php?fichier=", state.url);
+    assert!(link.starts_with(&prefix), "{}", shown(&link));
+    capability_of(state, &link);
+    link
+}
+
+fn assert_refused(r: &Reply, what: &str) {
+    assert_eq!(r.status, 401, "{what}: {}", r.text());
+    assert_eq!(r.json()["erreur"], json!("token_invalide"), "{what}");
+}
+
+fn assert_missing(r: &Reply, what: &str) {
+    assert_eq!(r.status, 404, "{what}: {}", r.text());
+    assert_eq!(r.json()["erreur"], json!("fichier_introuvable"), "{what}");
+}
+
+/// `cap` with one character of its MAC changed.
+fn forged(cap: &str) -> String {
+    let mut b = cap.as_bytes().to_vec();
+    let i = b.len() - 2;
+    b[i] = if b[i] == b'A' { b'B' } else { b'A' };
+    String::from_utf8(b).unwrap()
+}
+
+#[test]
+fn a_per_file_link_opens_that_upload_of_that_name_only() {
+    // debug: the log holds the most it ever does, and still no capability.
+    let a = Apache::with(Mode::Fcgid, &[ON, ("debug", "true")]);
+    let s = &a.state;
+    let content = bytes(150_000, 21);
+    let link = upload_link(s, "devis dupont.docx", &content);
+    let cap = capability_of(s, &link);
+    assert_eq!(
+        link,
+        download(s, "devis%20dupont.docx", &cap),
+        "the link keeps the contract's shape"
+    );
+    let other = bytes(1000, 22);
+    upload_link(s, "autre.txt", &other);
+
+    // GET, HEAD and Range behave as with the token.
+    let d = curl(&[&link]);
+    assert_eq!(d.status, 200, "{}\n{}", d.text(), s.logs());
+    assert!(d.body == content, "bytes differ");
+    assert_eq!(d.header("content-length"), Some("150000"));
+    let h = curl(&["-I", &link]);
+    assert_eq!(h.status, 200);
+    assert_eq!(h.header("content-length"), Some("150000"));
+    assert_eq!(h.header("content-type"), Some("application/octet-stream"));
+    let r = curl(&["-H", "Range: bytes=10-19", &link]);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("content-range"), Some("bytes 10-19/150000"));
+    assert!(r.body == content[10..20]);
+
+    // The same capability on another name: refused, whether that name exists or not.
+    assert_refused(&curl(&[&download(s, "autre.txt", &cap)]), "other name");
+    assert_refused(&curl(&[&download(s, "absent.txt", &cap)]), "missing name");
+    // A name that does not even parse: refused as a token, not as a name.
+    assert_refused(&curl(&[&download(s, "", &cap)]), "empty name");
+    // With token_acces the empty name is still a 400 (the contract's order).
+    let r = curl(&[&download(s, "", &s.token)]);
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // A forged capability: the same 401, byte for byte, on an existing and on a missing name.
+    let f = forged(&cap);
+    let on_existing = curl(&[&download(s, "devis%20dupont.docx", &f)]);
+    let on_missing = curl(&[&download(s, "absent.txt", &f)]);
+    assert_refused(&on_existing, "forged, existing name");
+    assert_refused(&on_missing, "forged, missing name");
+    assert!(on_existing.body == on_missing.body);
+    let h1 = curl(&["-I", &download(s, "autre.txt", &f)]);
+    let h2 = curl(&["-I", &download(s, "absent.txt", &f)]);
+    assert_eq!((h1.status, h2.status), (401, 401));
+    // Junk in token= is refused like a forgery.
+    for junk in ["l1.1.2.3", "l1", "x", "l1..."] {
+        assert_refused(
+            &curl(&[&download(s, "devis%20dupont.docx", junk)]),
+            "junk token",
+        );
+    }
+
+    // A capability never authorises an upload.
+    let (_d, p) = local_file("devis dupont.docx", b"remplacement");
+    let form = format!("fichier=@\"{}\"", p.display());
+    let r = curl(&[
+        "-H",
+        &format!("Authorization: Bearer {cap}"),
+        "-F",
+        &form,
+        &format!("{}/upload.php", s.url),
+    ]);
+    assert_refused(&r, "upload with a capability");
+    assert_eq!(curl(&[&link]).body, content, "the file was replaced");
+
+    // token_acces keeps working in token=.
+    let d = curl(&[&download(s, "autre.txt", &s.token)]);
+    assert_eq!(d.status, 200);
+    assert!(d.body == other);
+
+    // Neither the capability nor the token in the binary's log.
+    let log = std::fs::read_to_string(s.log_file()).unwrap();
+    assert!(!log.contains(&cap), "capability in the log");
+    assert!(!log.contains(&s.token), "token in the log");
+    assert!(log.contains("GET /download.php — téléchargement \"devis dupont.docx\" — OK"));
+    assert!(log.contains("DEBUG lien par fichier refusé : falsifié ou émis pour un autre nom"));
+}
+
+/// The capability the server would issue for the file stored under `name`, computed from its
+/// sidecar with the library (registered with the secrets audit).
+fn capability_from_sidecar(state: &State, name: &str) -> String {
+    let sc: Sidecar = serde_json::from_slice(&std::fs::read(state.sidecar(name)).unwrap()).unwrap();
+    let ino =
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(state.files().join(name)).unwrap());
+    let name = Name::parse(name.as_bytes()).unwrap();
+    let cap = liens::capability(&state.token, &name, UploadId::of(&sc, ino));
+    audit::secret(&cap);
+    cap
+}
+
+#[test]
+fn the_link_is_bound_to_the_sidecar_and_the_option_off_accepts_no_capability() {
+    let on = Apache::with(Mode::Fcgid, &[ON]);
+    let link = upload_link(&on.state, "lie.txt", b"x");
+    assert_eq!(
+        capability_of(&on.state, &link),
+        capability_from_sidecar(&on.state, "lie.txt")
+    );
+
+    // Option off (the default): the links are the contract's, and even a genuine capability
+    // opens nothing.
+    let off = Apache::start();
+    let s = &off.state;
+    let (_d, path) = local_file("lie.txt", b"x");
+    let r = upload(s, &path);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let link = r.json()["url_telechargement"].as_str().unwrap().to_string();
+    assert_eq!(link, download(s, "lie.txt", &s.token));
+    let cap = capability_from_sidecar(s, "lie.txt");
+    assert_refused(&curl(&[&download(s, "lie.txt", &cap)]), "option off");
+    assert_eq!(curl(&[&link]).status, 200);
+}
+
+#[test]
+fn a_re_upload_of_the_name_invalidates_its_older_links() {
+    let a = Apache::with(Mode::Fcgid, &[ON]);
+    let s = &a.state;
+    let old = upload_link(s, "rapport.pdf", b"version 1");
+    // At once, most often within the same second.
+    let new = upload_link(s, "rapport.pdf", b"version 2, plus longue");
+    assert_ne!(old, new);
+    assert_missing(&curl(&[&old]), "old link after a re-upload");
+    assert_eq!(curl(&["-I", &old]).status, 404, "old link, HEAD");
+    let d = curl(&[&new]);
+    assert_eq!(d.status, 200, "{}", d.text());
+    assert_eq!(d.body, b"version 2, plus longue");
+    // And again: each link opens its own upload only.
+    let third = upload_link(s, "rapport.pdf", b"version 3");
+    assert_missing(&curl(&[&new]), "second link after a third upload");
+    assert_eq!(curl(&[&third]).body, b"version 3");
+}
+
+/// The inode a link was issued for (fourth field of its capability).
+fn inode_of(state: &State, link: &str) -> u64 {
+    capability_of(state, link)
+        .split('.')
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn an_old_link_stays_dead_when_the_filesystem_reuses_its_inode() {
+    // Three uploads of one name in a row, same size: ext4 gives the third file the inode the
+    // first one freed, most often within the same second. The first link must not open it.
+    let a = Apache::with(Mode::Fcgid, &[ON]);
+    let s = &a.state;
+    let mut reused = 0;
+    for round in 0..5 {
+        let first = upload_link(s, "meme.txt", b"version A");
+        let _second = upload_link(s, "meme.txt", b"version B");
+        let third = upload_link(s, "meme.txt", b"version C");
+        if inode_of(s, &first) == inode_of(s, &third) {
+            reused += 1;
+        }
+        assert_missing(&curl(&[&first]), &format!("first link, round {round}"));
+        assert_eq!(curl(&[&third]).body, b"version C");
+    }
+    println!("inode handed back to the third upload in {reused} rounds out of 5");
+}
+
+#[test]
+fn a_per_file_link_expires_with_the_file() {
+    let a = Apache::with(
+        Mode::Fcgid,
+        &[
+            ON,
+            ("duree_max_depot_secondes", "2"),
+            ("balayage_intervalle_min_ms", "0"),
+            ("debug", "true"),
+        ],
+    );
+    let s = &a.state;
+    let link = upload_link(s, "court.txt", b"vite");
+    let cap = capability_of(s, &link);
+    assert_eq!(curl(&[&link]).status, 200);
+    // Past the latest expiry: depot_timestamp + 2 < now.
+    let depot: u64 = cap.split('.').nth(1).unwrap().parse().unwrap();
+    loop {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        if now > depot + 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_refused(&curl(&[&link]), "expired capability");
+    // The file is gone too: with the token it is the usual 404.
+    assert_missing(&curl(&[&download(s, "court.txt", &s.token)]), "token");
+    let log = std::fs::read_to_string(s.log_file()).unwrap();
+    assert!(log.contains("DEBUG lien par fichier refusé : expiré"));
+    assert!(!log.contains(&cap), "capability in the log");
+}
+
+#[test]
+fn the_mcp_link_carries_a_capability_that_downloads() {
+    let idp = IntrospectionServer::start(RESOURCE);
+    let url = toml_string(&idp.url());
+    let id = toml_string(introspection::CLIENT_ID);
+    let secret = toml_string(introspection::CLIENT_SECRET);
+    let resource = toml_string(RESOURCE);
+    let a = Apache::with(
+        Mode::Fcgid,
+        &[
+            ON,
+            ("oauth_url", "\"http://127.0.0.1:9/as\""),
+            ("oauth_introspection_url", &url),
+            ("oauth_client_id", &id),
+            ("oauth_client_secret", &secret),
+            ("mcp_resource_url", &resource),
+        ],
+    );
+    let s = &a.state;
+    let content = bytes(3000, 23);
+    let from_upload = upload_link(s, "rapport final.pdf", &content);
+
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "recuperer_fichier",
+                   "arguments": {"nom_fichier": "rapport final.pdf", "mode": "lien"}}})
+    .to_string();
+    let r = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        &format!("Authorization: Bearer {}", introspection::TOK_ACTIVE),
+        "-H",
+        "Content-Type: application/json",
+        "-H",
+        "Accept: application/json, text/event-stream",
+        "--data-binary",
+        &body,
+        &format!("{}/mcp.php", s.url),
+    ]);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), s.logs());
+    let v = r.json();
+    assert_eq!(v["result"]["isError"], false, "{}", v["error"]);
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    let sc: Value = serde_json::from_str(text).unwrap();
+    let link = sc["url_telechargement"].as_str().unwrap();
+    let cap = capability_of(s, link);
+    assert_eq!(link, download(s, "rapport%20final.pdf", &cap));
+    // Same upload, same capability: deterministic, no state.
+    assert_eq!(link, from_upload);
+    let d = curl(&[link]);
+    assert_eq!(d.status, 200, "{}", d.text());
+    assert!(d.body == content);
+}
+
+const RESOURCE: &str = "https://depot.example.org/mcp.php";
+
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}

@@ -595,7 +595,7 @@ fn t_jsonrpc(data: &[u8]) -> String {
     let mut files = |name: &Name, mode: Mode| match name.as_str().as_bytes()[0] {
         b'a' => FileOutcome::Found {
             size: 3,
-            content: (mode == Mode::Base64).then(|| b"abc".to_vec()),
+            content: (mode == Mode::Base64).then(|| "YWJj".to_string()),
             upload: UploadId {
                 depot_timestamp: 0,
                 depot_nanosecondes: 0,
@@ -603,6 +603,11 @@ fn t_jsonrpc(data: &[u8]) -> String {
             },
         },
         b'b' => FileOutcome::TooLarge { size: 10, max: 5 },
+        b'c' => FileOutcome::OverBudget {
+            size: 3,
+            spent: 4,
+            max: 5,
+        },
         b'e' => FileOutcome::Error("boom".into()),
         _ => FileOutcome::Missing,
     };
@@ -610,33 +615,36 @@ fn t_jsonrpc(data: &[u8]) -> String {
     for l in &out.log_lines {
         assert!(!l.contains('\n'), "multi-line log line {l:?}");
     }
-    match out.reply {
-        Reply::Accepted => "202".into(),
-        Reply::Json(status, v) => {
-            assert!(
-                [200, 400, 404, 500].contains(&status),
-                "undocumented status {status}: {v}"
-            );
-            serde_json::to_vec(&v).expect("reply serializes");
-            match &v {
-                Value::Array(items) => {
-                    assert!(!items.is_empty(), "empty batch reply");
-                    items.iter().for_each(check_message);
-                    format!("{status} batch")
-                }
-                _ => {
-                    check_message(&v);
-                    let code = v["error"]["code"].as_i64().unwrap_or(0);
-                    let message: String = v["error"]["message"]
-                        .as_str()
-                        .unwrap_or("")
-                        .chars()
-                        .take(30)
-                        .collect();
-                    let is_error = v["result"]["isError"] == true;
-                    format!("{status} {code} {message} {is_error}")
-                }
-            }
+    let (status, v) = match out.reply {
+        Reply::Accepted => return "202".into(),
+        Reply::Json(status, v) => (status, v),
+        Reply::JsonText(status, text) => (
+            status,
+            serde_json::from_slice(&text).expect("batch reply is JSON"),
+        ),
+    };
+    assert!(
+        [200, 400, 404, 500].contains(&status),
+        "undocumented status {status}: {v}"
+    );
+    serde_json::to_vec(&v).expect("reply serializes");
+    match &v {
+        Value::Array(items) => {
+            assert!(!items.is_empty(), "empty batch reply");
+            items.iter().for_each(check_message);
+            format!("{status} batch")
+        }
+        _ => {
+            check_message(&v);
+            let code = v["error"]["code"].as_i64().unwrap_or(0);
+            let message: String = v["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .take(30)
+                .collect();
+            let is_error = v["result"]["isError"] == true;
+            format!("{status} {code} {message} {is_error}")
         }
     }
 }

@@ -104,19 +104,20 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
     if let Some((a, b)) = shown {
         resp = resp.header("Content-Range", format!("bytes {a}-{b}/{}", found.size));
     }
-    if app.cfg.x_sendfile
+    let sendfile = (app.cfg.x_sendfile
         && method == "GET"
         && req.header("Range").is_none()
-        && found.size >= app.cfg.x_sendfile_taille_min_octets
-    {
+        && found.size >= app.cfg.x_sendfile_taille_min_octets)
+        .then(|| x_sendfile_value(&app.store.file_path(&name)))
+        .flatten();
+    if let Some(value) = sendfile {
         // The web server (mod_xsendfile) sends the file itself and sets Content-Length; the
         // process is free at once. Requests with Range stay here: our answer to them (ignored
         // multi-ranges, If-Range) must not be re-interpreted by Apache's byte-range filter.
         // Small files stay here too: one STDOUT record costs less than mod_xsendfile's work.
         // Handing the file over counts as the download (the mtime clock of the contract).
         let _ = found.file.set_modified(std::time::SystemTime::now());
-        let path = app.store.file_path(&name);
-        resp = resp.header("X-Sendfile", path.to_string_lossy().into_owned());
+        resp = resp.header("X-Sendfile", value);
         return Ok((name, resp, shown));
     }
     resp.body = ResponseBody::File {
@@ -158,6 +159,27 @@ fn authorise(app: &App, token: &[u8], raw: &[u8]) -> Result<(Name, Option<Upload
             Err(ApiError::TokenInvalide)
         }
     }
+}
+
+/// The `X-Sendfile` value naming `path`, or `None` when the program must send the file itself
+/// because some web server would read the value as another path.
+///
+/// mod_xsendfile ≥ 1.0 percent-decodes the value (`XSendFileUnescape`, on by default: `%41` is
+/// `A`, a `%` without two hex digits is a 500, `%2F` and `%00` a 404); 0.12 (Debian 12) takes it
+/// verbatim and does not know that directive. A value without `%` reads the same under both. The
+/// CGI header parser of Apache (mod_fcgid, mod_proxy_fcgi, mod_cgid) skips blanks after the colon
+/// and ends the value at the line end, so a value must not start or end with a blank nor hold a
+/// control character; a path that is not UTF-8 cannot be written as it is. Other bytes (space,
+/// `+`, `#`, `?`, non-ASCII) are taken literally by both generations.
+pub fn x_sendfile_value(path: &std::path::Path) -> Option<String> {
+    let s = path.to_str()?;
+    let blank = |c: char| c == ' ' || c == '\t';
+    let safe = !s.is_empty()
+        && !s.contains('%')
+        && !s.chars().any(char::is_control)
+        && !s.starts_with(blank)
+        && !s.ends_with(blank);
+    safe.then(|| s.to_string())
 }
 
 /// A strong validator that changes with every upload (new inode) of the name.
@@ -261,6 +283,91 @@ mod tests {
         assert_eq!(parse_range("bytes=a-b", 10), Whole);
         assert_eq!(parse_range("bytes=-", 10), Whole);
         assert_eq!(parse_range("bytes=+1-2", 10), Whole);
+    }
+
+    /// What mod_xsendfile ≥ 1.0 does with the value before using it as a path (`XSendFileUnescape`
+    /// on, the default): Apache's `ap_unescape_url`. `%` + two hex digits is that byte; a `%`
+    /// without them fails (500); a decoded `/` or NUL fails (404); every other byte, `+` included,
+    /// is kept.
+    fn unescape_like_xsendfile_1_0(v: &str) -> Result<Vec<u8>, &'static str> {
+        let b = v.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] != b'%' {
+                out.push(b[i]);
+                i += 1;
+                continue;
+            }
+            let hex = |c: u8| (c as char).to_digit(16);
+            match (
+                b.get(i + 1).and_then(|&c| hex(c)),
+                b.get(i + 2).and_then(|&c| hex(c)),
+            ) {
+                (Some(h), Some(l)) => {
+                    let byte = (h * 16 + l) as u8;
+                    if byte == b'/' || byte == 0 {
+                        return Err("404");
+                    }
+                    out.push(byte);
+                    i += 3;
+                }
+                _ => return Err("500"),
+            }
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn x_sendfile_value_names_the_same_file_on_both_module_generations() {
+        let dir = std::path::Path::new("/srv/depot/files");
+        for name in [
+            "rapport.pdf",
+            "a b.txt",
+            "a+b.txt",
+            "#1.txt",
+            "x?y=z&w.txt",
+            "été 日本 🙂.txt",
+            "\u{a0}insécable\u{a0}",
+            "a\\b",
+            "'\";<>",
+            " espace devant",
+        ] {
+            let path = dir.join(name);
+            let v = x_sendfile_value(&path).unwrap_or_else(|| panic!("{name:?}"));
+            // 0.12 takes the value verbatim; ≥ 1.0 unescapes it: both must give the path.
+            assert_eq!(
+                v.as_bytes(),
+                path.as_os_str().as_encoded_bytes(),
+                "{name:?}"
+            );
+            assert_eq!(
+                unescape_like_xsendfile_1_0(&v).as_deref(),
+                Ok(v.as_bytes()),
+                "{name:?}"
+            );
+        }
+        // A `%` would be read differently by the two generations: the program sends the file.
+        for name in ["a%41.txt", "100%.txt", "%2F", "%00", "%%", "a%zz"] {
+            assert_eq!(x_sendfile_value(&dir.join(name)), None, "{name:?}");
+        }
+        assert_eq!(
+            unescape_like_xsendfile_1_0("/f/a%41.txt").unwrap(),
+            b"/f/aA.txt"
+        );
+        assert_eq!(unescape_like_xsendfile_1_0("/f/100%.txt"), Err("500"));
+        // A value ending in a blank, or holding a control character: not sent either.
+        for name in ["a ", "a\t", "\ta"] {
+            assert_eq!(x_sendfile_value(&dir.join(name)), None, "{name:?}");
+        }
+        // Nor a folder that is not UTF-8 or that holds a `%` itself.
+        use std::os::unix::ffi::OsStrExt;
+        let latin1 = std::ffi::OsStr::from_bytes(b"/srv/d\xe9p\xf4t/a.txt");
+        assert_eq!(x_sendfile_value(std::path::Path::new(latin1)), None);
+        assert_eq!(
+            x_sendfile_value(std::path::Path::new("/srv/100%/a.txt")),
+            None
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::{JoinSet, LocalSet};
 
-pub use conn::{ConnConfig, ConnError, MAX_PARAMS_LEN, serve_connection};
+pub use conn::{ConnConfig, ConnError, Deadlines, MAX_PARAMS_LEN, serve_connection};
 
 use crate::http::{Request, Response};
 
@@ -321,6 +321,7 @@ pub async fn serve_listener(
         max_conns,
         max_reqs: max_conns,
         shutdown: Some(shutdown_rx),
+        deadlines: conn::Deadlines::from_env(),
     };
     let mut tasks = JoinSet::new();
     let mut stop = std::pin::pin!(stop);

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -197,6 +198,88 @@ pub enum ResponseBody {
         len: u64,
         touch_when_sent: bool,
     },
+    /// Text and base64-encoded files, in order (a JSON reply whose base64 strings are spliced in
+    /// while it is written); `Content-Length` is added by [`write_response`].
+    Parts(Vec<Part>),
+}
+
+/// The first `len` bytes of an open file, to be written base64-encoded (standard alphabet, with
+/// padding) when the response is sent: the MCP `mode="base64"` content, never held in memory.
+#[derive(Debug, Clone)]
+pub struct Base64File {
+    pub file: Rc<File>,
+    pub len: u64,
+}
+
+impl Base64File {
+    /// Length of the encoded text.
+    pub fn encoded_len(&self) -> u64 {
+        self.len.div_ceil(3) * 4
+    }
+}
+
+/// A piece of a [`ResponseBody::Parts`] body.
+#[derive(Debug, Clone)]
+pub enum Part {
+    Text(Vec<u8>),
+    Base64(Base64File),
+}
+
+impl Part {
+    fn len(&self) -> u64 {
+        match self {
+            Part::Text(t) => t.len() as u64,
+            Part::Base64(f) => f.encoded_len(),
+        }
+    }
+}
+
+/// File bytes read per base64 chunk (a multiple of 3: no padding inside the text).
+const BASE64_CHUNK: usize = 48 * 1024;
+
+/// Encodes the chunk of `f` that starts at `offset` (a multiple of [`BASE64_CHUNK`]) into `out`;
+/// `Ok(false)` when the whole file has been encoded.
+fn base64_chunk(f: &Base64File, offset: u64, raw: &mut [u8], out: &mut String) -> io::Result<bool> {
+    use base64::Engine;
+    use std::os::unix::fs::FileExt;
+    out.clear();
+    if offset >= f.len {
+        return Ok(false);
+    }
+    let want = (f.len - offset).min(raw.len() as u64) as usize;
+    let mut got = 0;
+    while got < want {
+        let n = f.file.read_at(&mut raw[got..want], offset + got as u64)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "fichier tronqué pendant l'encodage base64",
+            ));
+        }
+        got += n;
+    }
+    base64::engine::general_purpose::STANDARD.encode_string(&raw[..want], out);
+    Ok(true)
+}
+
+/// A [`ResponseBody::Parts`] body in memory (tests, fuzzing).
+pub fn parts_to_vec(parts: &[Part]) -> io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    let mut raw = vec![0u8; BASE64_CHUNK];
+    let mut text = String::new();
+    for p in parts {
+        match p {
+            Part::Text(t) => v.extend_from_slice(t),
+            Part::Base64(f) => {
+                let mut offset = 0;
+                while base64_chunk(f, offset, &mut raw, &mut text)? {
+                    v.extend_from_slice(text.as_bytes());
+                    offset += BASE64_CHUNK as u64;
+                }
+            }
+        }
+    }
+    Ok(v)
 }
 
 /// A complete answer.
@@ -234,12 +317,18 @@ impl Response {
         self
     }
 
+    pub fn with_parts(mut self, parts: Vec<Part>) -> Self {
+        self.body = ResponseBody::Parts(parts);
+        self
+    }
+
     /// Drops the body but keeps its `Content-Length` (the answer to a HEAD).
     pub fn head_only(mut self) -> Self {
         let len = match &self.body {
             ResponseBody::Empty => None,
             ResponseBody::Bytes(b) => Some(b.len() as u64),
             ResponseBody::File { len, .. } => Some(*len),
+            ResponseBody::Parts(p) => Some(p.iter().map(Part::len).sum()),
         };
         if let Some(len) = len {
             self.headers
@@ -319,8 +408,34 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
             }
             return Ok(());
         }
+        ResponseBody::Parts(parts) => {
+            let len: u64 = parts.iter().map(Part::len).sum();
+            head.push_str(&format!("Content-Length: {len}\r\n\r\n"));
+            out.write_all(head.as_bytes()).await?;
+            send_parts(&parts, out).await?;
+        }
     }
     out.flush().await
+}
+
+/// Writes the parts of a [`ResponseBody::Parts`] body, encoding files chunk by chunk.
+async fn send_parts<W: AsyncWrite + Unpin>(parts: &[Part], out: &mut W) -> io::Result<()> {
+    let mut raw = vec![0u8; BASE64_CHUNK];
+    let mut text = String::with_capacity(BASE64_CHUNK / 3 * 4);
+    for p in parts {
+        match p {
+            Part::Text(t) => out.write_all(t).await?,
+            Part::Base64(f) => {
+                let mut offset = 0;
+                // Local-disk reads of a page-cached file, as in `send_file_range`.
+                while base64_chunk(f, offset, &mut raw, &mut text)? {
+                    out.write_all(text.as_bytes()).await?;
+                    offset += BASE64_CHUNK as u64;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Streams `len` bytes of `file` from `offset` to `out`, in bounded chunks.
@@ -374,6 +489,37 @@ mod tests {
         };
         assert_eq!(req.header("Authorization"), None);
         assert_eq!(req.header("content-type"), Some("x/y"));
+    }
+
+    #[tokio::test]
+    async fn parts_splice_base64_files_into_the_body() {
+        use base64::Engine;
+        let data: Vec<u8> = (0..200_003u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut tmp = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut tmp, &data).unwrap();
+        let file = Rc::new(tmp);
+        let parts = vec![
+            Part::Text(b"{\"a\":\"".to_vec()),
+            Part::Base64(Base64File {
+                file: file.clone(),
+                len: data.len() as u64,
+            }),
+            Part::Text(b"\",\"b\":\"".to_vec()),
+            Part::Base64(Base64File { file, len: 4 }),
+            Part::Text(b"\"}".to_vec()),
+        ];
+        let want = format!(
+            "{{\"a\":\"{}\",\"b\":\"{}\"}}",
+            base64::engine::general_purpose::STANDARD.encode(&data),
+            base64::engine::general_purpose::STANDARD.encode(&data[..4])
+        );
+        assert_eq!(parts_to_vec(&parts).unwrap(), want.as_bytes());
+        let mut out = Vec::new();
+        let r = Response::new(200).with_parts(parts);
+        write_response(r, &mut out).await.unwrap();
+        let head = format!("Status: 200 OK\r\nContent-Length: {}\r\n\r\n", want.len());
+        assert_eq!(&out[..head.len()], head.as_bytes());
+        assert_eq!(&out[head.len()..], want.as_bytes());
     }
 
     #[tokio::test]

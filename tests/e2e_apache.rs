@@ -689,3 +689,69 @@ fn other_production_vhosts_pass_configtest() {
         );
     }
 }
+
+/// `x_sendfile = true` with Debian's mod_xsendfile (0.12, which takes the header verbatim): every
+/// name gives its own bytes. Names without `%` are served by Apache (it adds `Last-Modified`, which
+/// the program never sends); a name holding `%` is streamed by the program, since mod_xsendfile ≥
+/// 1.0 would percent-decode it (`a%41.txt` → the other stored file `aA.txt`; `100%.txt` → 500).
+#[test]
+fn x_sendfile_through_mod_xsendfile_serves_exactly_the_named_file() {
+    let a = Apache::with_server_config(
+        Mode::Fcgid,
+        &[
+            ("x_sendfile", "true"),
+            ("x_sendfile_taille_min_octets", "1"),
+        ],
+        "LoadModule xsendfile_module /usr/lib/apache2/modules/mod_xsendfile.so\n\
+         XSendFile On\n\
+         XSendFilePath \"@FICHIERS@\"\n",
+    );
+    round_trip(&a.state, "aA.txt", b"contenu de aA.txt");
+    let by_apache = [
+        "aA.txt",
+        "a b.txt",
+        "a+b.txt",
+        "#1.txt",
+        "x?y=z&w.txt",
+        "été 日本 🙂.txt",
+    ];
+    for (i, name) in by_apache.iter().enumerate().skip(1) {
+        round_trip(&a.state, name, &bytes(2000 + i, i as u64));
+    }
+    let by_program = ["a%41.txt", "100%.txt", "%2F.txt", "%00", "%zz %e9"];
+    for (i, name) in by_program.iter().enumerate() {
+        round_trip(&a.state, name, &bytes(3000 + i, 100 + i as u64));
+    }
+    // Who sent the bytes.
+    let link = |name: &str| {
+        let q: String =
+            percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC)
+                .to_string();
+        download_url(&a.state, &q)
+    };
+    for name in by_apache {
+        let d = curl(&[&link(name)]);
+        assert_eq!(d.status, 200, "{name:?}");
+        assert!(
+            d.header("last-modified").is_some(),
+            "{name:?} not sent by mod_xsendfile: {:?}",
+            d.headers
+        );
+    }
+    for name in by_program {
+        let d = curl(&[&link(name)]);
+        assert_eq!(d.status, 200, "{name:?}");
+        assert_eq!(
+            d.header("last-modified"),
+            None,
+            "{name:?} sent by mod_xsendfile"
+        );
+    }
+    // The review's case: a%41.txt next to aA.txt gives a%41.txt's bytes.
+    let d = curl(&[&link("a%41.txt")]);
+    assert_eq!(d.body, bytes(3000, 100));
+    let d = curl(&[&link("aA.txt")]);
+    assert_eq!(d.body, b"contenu de aA.txt");
+    let errors = fs::read_to_string(a.error_log()).unwrap_or_default();
+    assert!(!errors.contains("xsendfile"), "{errors}");
+}

@@ -366,3 +366,65 @@ fn demo_printed_commands_work_including_mcp() {
         assert_eq!(st.code(), Some(7), "{url} still answers after SIGTERM");
     }
 }
+
+#[test]
+fn legacy_batch_of_base64_calls_through_apache_gets_one_answer_per_call() {
+    // taille_max_base64_octets (5 MiB by default) bounds the files returned in base64 by one HTTP
+    // request: the second base64 call of the batch is refused with -32000, the others answered.
+    let idp = IntrospectionServer::start(RESOURCE);
+    let a = apache_with(&idp);
+    let content = bytes(3 * 1024 * 1024, 12);
+    let (_d, path) = local_file("trois mo.bin", &content);
+    assert_eq!(upload(&a.state, &path).status, 200);
+    let call = |id: i64, mode: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "recuperer_fichier",
+                       "arguments": {"nom_fichier": "trois mo.bin", "mode": mode}}})
+    };
+    let body = json!([
+        call(1, "base64"),
+        call(2, "base64"),
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+        call(4, "lien"),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ])
+    .to_string();
+    let auth = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
+    let r = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        &auth,
+        "-H",
+        "Content-Type: application/json",
+        "--data-binary",
+        &body,
+        &format!("{}/mcp.php", a.state.url),
+    ]);
+    assert_eq!(r.status, 200, "{}", a.state.logs());
+    assert_eq!(
+        r.header("content-length"),
+        Some(r.body.len().to_string().as_str())
+    );
+    let v = r.json();
+    let answers = v.as_array().unwrap();
+    assert_eq!(answers.len(), 4);
+    assert_eq!(answers[0]["id"], 1);
+    let text = answers[0]["result"]["content"][0]["text"].as_str().unwrap();
+    let sc: serde_json::Value = serde_json::from_str(text).unwrap();
+    use base64::Engine;
+    let got = base64::engine::general_purpose::STANDARD
+        .decode(sc["contenu_base64"].as_str().unwrap())
+        .unwrap();
+    assert!(got == content, "base64 content differs");
+    assert_eq!(answers[1]["id"], 2);
+    assert_eq!(answers[1]["error"]["code"], -32000);
+    let msg = answers[1]["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("un seul appel mode=\"base64\" par requête") && msg.contains("mode=\"lien\""),
+        "{msg}"
+    );
+    assert_eq!(answers[2], json!({"jsonrpc": "2.0", "id": 3, "result": {}}));
+    assert_eq!(answers[3]["id"], 4);
+    assert_eq!(answers[3]["result"]["isError"], false);
+}

@@ -798,3 +798,22 @@ async fn x_sendfile_leaves_small_files_to_the_program() {
     );
     assert_eq!(g.body, b"0123456789");
 }
+
+#[tokio::test]
+async fn x_sendfile_is_not_used_for_a_name_holding_a_percent_sign() {
+    // mod_xsendfile >= 1.0 percent-decodes the header: "a%41.txt" would be served from "aA.txt".
+    let e = env("x_sendfile = true\nx_sendfile_taille_min_octets = 1");
+    upload(&e.app, "aA.txt", b"autre fichier").await;
+    for name in ["a%41.txt", "100%.txt"] {
+        let up = upload(&e.app, name, b"les bons octets").await;
+        assert_eq!(up.status, 200);
+        let g = get(&e.app, "GET", &link_query(&up.json()), &[]).await;
+        assert_eq!(g.status, 200);
+        assert_eq!(g.header("X-Sendfile"), None, "{name}");
+        assert_eq!(g.body, b"les bons octets");
+    }
+    let up = upload(&e.app, "a b+c#d é.txt", b"0123456789").await;
+    let g = get(&e.app, "GET", &link_query(&up.json()), &[]).await;
+    let path = e.root.join("files/a b+c#d é.txt");
+    assert_eq!(g.header("X-Sendfile"), Some(path.to_str().unwrap()));
+}

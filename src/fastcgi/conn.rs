@@ -18,7 +18,7 @@ use std::future::{Future, pending};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -40,6 +40,78 @@ const LINGER: Duration = Duration::from_secs(1);
 /// `appStatus` of a request that did not complete normally (aborted, response cut short).
 pub const APP_STATUS_FAILED: u32 = 1;
 
+/// How long a peer may keep a connection without making progress (issue 9: 256 silent TCP
+/// connections used to hold every `--listen` slot forever). Documented in docs/DEPLOIEMENT.md.
+///
+/// The values are far above what Apache (mod_fcgid, mod_proxy_fcgi) and nginx ever need: they
+/// connect and send a request at once; mod_fcgid reads the whole request body before it connects;
+/// a body streamed by mod_proxy_fcgi or by nginx without request buffering arrives at the
+/// client's pace, which the web server itself bounds (mod_reqtimeout `body=20,MinRate=500` by
+/// default, nginx `client_body_timeout 60s`); a response is "progressing" as long as the socket
+/// accepts bytes, however slowly (a 200 MiB download to a slow client through mod_proxy_fcgi is
+/// never cut; Apache gives up on a client after `Timeout`, 300 s on Debian).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadlines {
+    /// A new connection must have sent its first BEGIN_REQUEST within this time.
+    pub first_record: Duration,
+    /// Between two requests on a kept connection (`FCGI_KEEP_CONN`): longer than nginx's
+    /// upstream `keepalive_timeout` (60 s), so that nginx closes first.
+    pub keep_alive: Duration,
+    /// While a request is received (PARAMS, STDIN): its initial credit, and the longest silence
+    /// allowed. Time during which this program does not read (the handler is busy) is not counted.
+    pub receive_grace: Duration,
+    /// Every byte received adds `1 / min_rate` s of credit (capped at `receive_grace`): a peer
+    /// slower than this on average, e.g. one byte per minute, runs out of credit.
+    pub min_rate: u64,
+    /// A response write that makes no progress at all for this long closes the connection.
+    pub write_stall: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            first_record: Duration::from_secs(10),
+            keep_alive: Duration::from_secs(75),
+            receive_grace: Duration::from_secs(60),
+            min_rate: 500,
+            write_stall: Duration::from_secs(360),
+        }
+    }
+}
+
+impl Deadlines {
+    /// The defaults, or, TEST ONLY (feature `injection-pannes`), the values of the environment
+    /// variable `DEPOT_FICHIERS_TEST_DELAIS` (`first=MS,keepalive=MS,grace=MS,rate=B,stall=MS`, any
+    /// subset), so that the tests of the deadlines do not wait for minutes.
+    pub fn from_env() -> Self {
+        #[allow(unused_mut)]
+        let mut d = Deadlines::default();
+        #[cfg(feature = "injection-pannes")]
+        if let Ok(spec) = std::env::var("DEPOT_FICHIERS_TEST_DELAIS") {
+            for (k, v) in spec.split(',').filter_map(|kv| kv.split_once('=')) {
+                let Ok(n) = v.trim().parse::<u64>() else {
+                    continue;
+                };
+                let ms = Duration::from_millis(n);
+                match k.trim() {
+                    "first" => d.first_record = ms,
+                    "keepalive" => d.keep_alive = ms,
+                    "grace" => d.receive_grace = ms,
+                    "rate" => d.min_rate = n.max(1),
+                    "stall" => d.write_stall = ms,
+                    _ => {}
+                }
+            }
+        }
+        d
+    }
+
+    /// Credit earned by `n` bytes received.
+    fn credit(&self, n: u64) -> Duration {
+        Duration::from_secs_f64(n as f64 / self.min_rate.max(1) as f64)
+    }
+}
+
 /// Per-connection settings.
 #[derive(Clone, Debug)]
 pub struct ConnConfig {
@@ -50,6 +122,7 @@ pub struct ConnConfig {
     /// Becomes `true` when the server shuts down: an idle connection closes at once, a busy one
     /// after its current request.
     pub shutdown: Option<watch::Receiver<bool>>,
+    pub deadlines: Deadlines,
 }
 
 impl Default for ConnConfig {
@@ -58,6 +131,7 @@ impl Default for ConnConfig {
             max_conns: 1,
             max_reqs: 1,
             shutdown: None,
+            deadlines: Deadlines::default(),
         }
     }
 }
@@ -69,6 +143,8 @@ pub enum ConnError {
     Protocol(String),
     /// An I/O error other than "peer gone".
     Io(io::Error),
+    /// The peer made no progress in time (see [`Deadlines`]).
+    Deadline(&'static str),
 }
 
 impl fmt::Display for ConnError {
@@ -76,6 +152,7 @@ impl fmt::Display for ConnError {
         match self {
             ConnError::Protocol(m) => write!(f, "erreur de protocole FastCGI : {m}"),
             ConnError::Io(e) => write!(f, "erreur d'entrée-sortie FastCGI : {e}"),
+            ConnError::Deadline(why) => write!(f, "délai dépassé : {why}"),
         }
     }
 }
@@ -112,6 +189,8 @@ pub struct Record {
 struct RecordReader<R> {
     io: R,
     buf: BytesMut,
+    /// Bytes read from the peer so far.
+    received: u64,
 }
 
 impl<R: AsyncRead + Unpin> RecordReader<R> {
@@ -119,6 +198,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         RecordReader {
             io,
             buf: BytesMut::with_capacity(READ_CHUNK),
+            received: 0,
         }
     }
 
@@ -143,6 +223,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
                 .read_buf(&mut self.buf)
                 .await
                 .map_err(ConnError::Io)?;
+            self.received += n as u64;
             if n == 0 {
                 return if self.buf.is_empty() {
                     Ok(None)
@@ -348,6 +429,7 @@ enum Event {
     WriteDone,
     Out(Option<Bytes>),
     Shutdown,
+    Deadline,
 }
 
 /// What the loop does after handling a record.
@@ -414,12 +496,41 @@ where
     let mut reader = RecordReader::new(reader);
     let mut shutdown = config.shutdown.clone();
     let mut active: Option<Active> = None;
+    let deadlines = config.deadlines;
+    let stall = deadlines.write_stall;
+    // Since when the connection waits for a request (`None` while one is in progress).
+    let mut idle_since = Some(Instant::now());
+    let mut served = false;
+    let mut receiving: Option<Receiving> = None;
 
     loop {
         let idle = active.is_none();
         let can_read = active
             .as_ref()
             .is_none_or(|a| a.pending.is_none() && !a.peer_gone);
+        let now = Instant::now();
+        if idle {
+            idle_since.get_or_insert(now);
+        } else {
+            idle_since = None;
+            served = true;
+        }
+        let in_request = active
+            .as_ref()
+            .is_some_and(|a| (a.params.is_some() || !a.stdin_done) && !a.peer_gone);
+        if in_request {
+            receiving
+                .get_or_insert_with(|| Receiving::new(now, reader.received, &deadlines))
+                .update(now, reader.received, can_read, &deadlines);
+        } else {
+            receiving = None;
+        }
+        let deadline = match (idle_since, &receiving) {
+            (Some(since), _) if served => Some(since + deadlines.keep_alive),
+            (Some(since), _) => Some(since + deadlines.first_record),
+            (None, Some(r)) if can_read => Some(r.deadline),
+            _ => None,
+        };
         let (handler_fut, body_tx, writing, out_rx) = match active.as_mut() {
             Some(a) => (
                 a.handler.as_mut(),
@@ -438,10 +549,24 @@ where
             resp = poll_opt(handler_fut) => Event::HandlerDone(resp),
             () = poll_opt(writing) => Event::WriteDone,
             () = shutdown_requested(&mut shutdown), if idle => Event::Shutdown,
+            () = sleep_until_opt(deadline) => Event::Deadline,
         };
 
         let next = match event {
             Event::Shutdown => Next::Close { linger: false },
+            Event::Deadline => {
+                close(&mut reader, &mut writer, false).await;
+                return match (idle, served) {
+                    // A kept connection left unused: the normal end of keep-alive.
+                    (true, true) => Ok(()),
+                    (true, false) => Err(ConnError::Deadline(
+                        "aucune requête reçue sur une nouvelle connexion",
+                    )),
+                    (false, _) => Err(ConnError::Deadline(
+                        "requête reçue trop lentement (paramètres ou corps)",
+                    )),
+                };
+            }
             Event::BodyRoom(permit) => {
                 let a = active.as_mut().expect("body room for an active request");
                 match permit {
@@ -482,7 +607,7 @@ where
                 Next::Continue
             }
             Event::Out(Some(rec)) => {
-                if let Err(e) = write_all(&mut writer, &rec).await {
+                if let Err(e) = write_all(&mut writer, &rec, stall).await {
                     return peer_io(e);
                 }
                 Next::Continue
@@ -540,14 +665,76 @@ where
 fn peer_io(e: io::Error) -> Result<(), ConnError> {
     if is_peer_gone(&e) {
         Ok(())
+    } else if e.kind() == io::ErrorKind::TimedOut {
+        Err(ConnError::Deadline(
+            "la réponse n'est plus lue par le serveur web",
+        ))
     } else {
         Err(ConnError::Io(e))
     }
 }
 
-async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> io::Result<()> {
-    w.write_all(data).await?;
-    w.flush().await
+/// Writes `data`; fails with `TimedOut` when one write makes no progress at all for `stall`
+/// (progress = the socket accepts bytes, however few).
+async fn write_all<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut data: &[u8],
+    stall: Duration,
+) -> io::Result<()> {
+    let timed_out = || io::Error::from(io::ErrorKind::TimedOut);
+    while !data.is_empty() {
+        match tokio::time::timeout(stall, w.write(data)).await {
+            Err(_) => return Err(timed_out()),
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => data = &data[n..],
+            Ok(Err(e)) => return Err(e),
+        }
+    }
+    tokio::time::timeout(stall, w.flush())
+        .await
+        .map_err(|_| timed_out())?
+}
+
+/// Resolves at `deadline`, never when there is none.
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => pending().await,
+    }
+}
+
+/// The receive credit of the request in progress (see [`Deadlines::receive_grace`]).
+struct Receiving {
+    /// The connection is closed if no byte extends this in time.
+    deadline: Instant,
+    /// Bytes received when last looked at.
+    seen: u64,
+    /// Since when this program has stopped reading (the handler is busy): not the peer's fault.
+    paused_since: Option<Instant>,
+}
+
+impl Receiving {
+    fn new(now: Instant, received: u64, d: &Deadlines) -> Self {
+        Receiving {
+            deadline: now + d.receive_grace,
+            seen: received,
+            paused_since: None,
+        }
+    }
+
+    fn update(&mut self, now: Instant, received: u64, reading: bool, d: &Deadlines) {
+        if let Some(p) = self.paused_since.take() {
+            self.deadline += now - p;
+        }
+        if !reading {
+            self.paused_since = Some(now);
+        }
+        let n = received - self.seen;
+        self.seen = received;
+        if n > 0 {
+            self.deadline = (self.deadline + d.credit(n)).min(now + d.receive_grace);
+        }
+    }
 }
 
 async fn close<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
@@ -573,7 +760,9 @@ async fn on_record<W: AsyncWrite + Unpin>(
     let mut out = Vec::new();
     if rec.request_id == 0 {
         management_reply(&rec, config, &mut out)?;
-        write_all(writer, &out).await.map_err(ConnError::Io)?;
+        write_all(writer, &out, config.deadlines.write_stall)
+            .await
+            .map_err(ConnError::Io)?;
         return Ok(Next::Continue);
     }
 
@@ -586,7 +775,9 @@ async fn on_record<W: AsyncWrite + Unpin>(
         let keep_conn = flags & record::FLAG_KEEP_CONN != 0;
         if role != record::ROLE_RESPONDER {
             record::encode_end_request(rec.request_id, 0, record::UNKNOWN_ROLE, &mut out);
-            write_all(writer, &out).await.map_err(ConnError::Io)?;
+            write_all(writer, &out, config.deadlines.write_stall)
+                .await
+                .map_err(ConnError::Io)?;
             return Ok(if keep_conn {
                 Next::Continue
             } else {
@@ -600,7 +791,9 @@ async fn on_record<W: AsyncWrite + Unpin>(
     if rec.request_id != a.id {
         if rec.record_type == record::BEGIN_REQUEST {
             record::encode_end_request(rec.request_id, 0, record::CANT_MPX_CONN, &mut out);
-            write_all(writer, &out).await.map_err(ConnError::Io)?;
+            write_all(writer, &out, config.deadlines.write_stall)
+                .await
+                .map_err(ConnError::Io)?;
         }
         // Anything else for another id belongs to nothing we serve: ignored.
         return Ok(Next::Continue);
@@ -617,7 +810,9 @@ async fn on_record<W: AsyncWrite + Unpin>(
             let (id, keep_conn) = (a.id, a.keep_conn);
             *active = None;
             record::encode_end_request(id, APP_STATUS_FAILED, record::REQUEST_COMPLETE, &mut out);
-            write_all(writer, &out).await.map_err(ConnError::Io)?;
+            write_all(writer, &out, config.deadlines.write_stall)
+                .await
+                .map_err(ConnError::Io)?;
             Ok(if keep_conn {
                 Next::Continue
             } else {
@@ -638,7 +833,9 @@ async fn on_record<W: AsyncWrite + Unpin>(
                     let id = a.id;
                     *active = None;
                     record::encode_end_request(id, 0, record::OVERLOADED, &mut out);
-                    write_all(writer, &out).await.map_err(ConnError::Io)?;
+                    write_all(writer, &out, config.deadlines.write_stall)
+                        .await
+                        .map_err(ConnError::Io)?;
                     return Ok(Next::Close { linger: true });
                 }
                 buf.extend_from_slice(&rec.content);

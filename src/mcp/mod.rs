@@ -11,12 +11,12 @@
 pub mod protocol;
 pub mod tool;
 
-use std::io::Read;
+use std::rc::Rc;
 
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::http::{Request, Response};
+use crate::http::{Base64File, Part, Request, Response};
 use crate::liens::UploadId;
 use crate::names::Name;
 use crate::oauth;
@@ -79,9 +79,95 @@ fn rpc_error_response(e: &RpcError) -> Response {
     json_response(e.status, &e.response(&Value::Null))
 }
 
+/// The files a reply returns in mode base64, spliced into the JSON text while it is written
+/// ([`crate::http::ResponseBody::Parts`]): no file is read into memory nor encoded ahead of time, so a reply
+/// costs the same memory whatever it returns. In the reply's `serde_json::Value`, each file is a
+/// placeholder string: a per-request random nonce (a client cannot forge it in an `id` or a name)
+/// and the file's index, only letters and digits, written as is at every JSON nesting level.
+///
+/// Also the per-request base64 budget: the files returned in base64 by one HTTP request add up
+/// to at most `taille_max_base64_octets`.
+pub struct Base64Splice {
+    nonce: String,
+    files: Vec<Base64File>,
+    spent: u64,
+}
+
+/// Digits of a placeholder's file index.
+const INDEX_DIGITS: usize = 8;
+
+impl Base64Splice {
+    pub fn new() -> Self {
+        use std::hash::{BuildHasher, RandomState};
+        // SipHash keyed from the OS's randomness (std's `RandomState`): unpredictable outside.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let a = RandomState::new().hash_one((t, std::process::id()));
+        let b = RandomState::new().hash_one((a, t));
+        Base64Splice {
+            nonce: format!("b64x{a:016x}{b:016x}"),
+            files: Vec::new(),
+            spent: 0,
+        }
+    }
+
+    /// Registers a file and returns its placeholder.
+    fn add(&mut self, file: Base64File) -> String {
+        self.spent += file.len;
+        self.files.push(file);
+        format!(
+            "{}{:0width$}",
+            self.nonce,
+            self.files.len() - 1,
+            width = INDEX_DIGITS
+        )
+    }
+
+    /// The reply body: the JSON `text` with every placeholder replaced by its file.
+    fn parts(&self, mut text: Vec<u8>) -> Vec<Part> {
+        text.push(b'\n');
+        if self.files.is_empty() {
+            return vec![Part::Text(text)];
+        }
+        let nonce = self.nonce.as_bytes();
+        let mut parts = Vec::new();
+        let (mut from, mut i) = (0, 0);
+        while i + nonce.len() + INDEX_DIGITS <= text.len() {
+            let index = std::str::from_utf8(&text[i + nonce.len()..i + nonce.len() + INDEX_DIGITS])
+                .ok()
+                .and_then(|d| d.parse::<usize>().ok())
+                .and_then(|n| self.files.get(n));
+            match index {
+                Some(f) if &text[i..i + nonce.len()] == nonce => {
+                    parts.push(Part::Text(text[from..i].to_vec()));
+                    parts.push(Part::Base64(f.clone()));
+                    i += nonce.len() + INDEX_DIGITS;
+                    from = i;
+                }
+                _ => i += 1,
+            }
+        }
+        text.drain(..from);
+        parts.push(Part::Text(text));
+        parts
+    }
+}
+
+impl Default for Base64Splice {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// The real store as the tool's [`tool::FileSource`]: lookup (an expired file is deleted there),
-/// bounded read in mode base64, then `touch` (a retrieval counts as a download).
-pub fn store_source(app: &App) -> impl FnMut(&Name, Mode) -> FileOutcome + '_ {
+/// size and budget checks in mode base64 (the file itself is read while the reply is written, see
+/// [`Base64Splice`]), then `touch` (a retrieval counts as a download).
+pub fn store_source<'a>(
+    app: &'a App,
+    splice: &'a mut Base64Splice,
+) -> impl FnMut(&Name, Mode) -> FileOutcome + 'a {
     move |name, mode| {
         let found = match app.store.lookup(name) {
             Err(e) => return FileOutcome::Error(e.to_string()),
@@ -89,39 +175,35 @@ pub fn store_source(app: &App) -> impl FnMut(&Name, Mode) -> FileOutcome + '_ {
             Ok(Some(f)) => f,
         };
         let max = app.cfg.taille_max_base64_octets;
-        let mut size = found.size;
-        let content = match mode {
-            Mode::Lien => None,
-            Mode::Base64 => {
-                if found.size > max {
-                    return FileOutcome::TooLarge {
-                        size: found.size,
-                        max,
-                    };
-                }
-                let mut buf = Vec::with_capacity(found.size as usize);
-                if let Err(e) = (&found.file).take(max + 1).read_to_end(&mut buf) {
-                    return FileOutcome::Error(format!("lecture : {e}"));
-                }
-                if buf.len() as u64 > max {
-                    return FileOutcome::TooLarge {
-                        size: buf.len() as u64,
-                        max,
-                    };
-                }
-                size = buf.len() as u64;
-                Some(buf)
+        let size = found.size;
+        if mode == Mode::Base64 {
+            if size > max {
+                return FileOutcome::TooLarge { size, max };
             }
-        };
+            if splice.spent + size > max {
+                return FileOutcome::OverBudget {
+                    size,
+                    spent: splice.spent,
+                    max,
+                };
+            }
+        }
         if let Err(e) = found.touch() {
             app.log.line(&format!(
                 "MCP tools/call recuperer_fichier — \"{name}\" — mise à jour du mtime impossible : {e} — ERREUR"
             ));
         }
+        let upload = UploadId::of(&found.sidecar, found.ino);
+        let content = (mode == Mode::Base64).then(|| {
+            splice.add(Base64File {
+                file: Rc::new(found.file),
+                len: size,
+            })
+        });
         FileOutcome::Found {
             size,
             content,
-            upload: UploadId::of(&found.sidecar, found.ino),
+            upload,
         }
     }
 }
@@ -205,6 +287,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         Ok(v) => v,
         Err(_) => return rpc_error_response(&RpcError::parse_error()),
     };
+    drop(body);
     let headers = mcp_headers(req);
     let ctx = Ctx {
         tool: ToolCtx {
@@ -213,15 +296,25 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             liens_par_fichier: cfg.liens_par_fichier,
         },
     };
-    let mut files = store_source(app);
-    let out = protocol::dispatch(&ctx, &headers, &parsed, &mut files);
+    let mut splice = Base64Splice::new();
+    let out = protocol::dispatch(&ctx, &headers, &parsed, &mut store_source(app, &mut splice));
+    drop(parsed);
     for line in &out.log_lines {
         app.log.line(line);
     }
-    match out.reply {
-        Reply::Accepted => Response::new(202).header("Cache-Control", "no-store"),
-        Reply::Json(status, v) => json_response(status, &v),
-    }
+    let (status, text) = match out.reply {
+        Reply::Accepted => return Response::new(202).header("Cache-Control", "no-store"),
+        Reply::Json(status, v) => (
+            status,
+            serde_json::to_vec(&v).expect("a JSON value always serialises"),
+        ),
+        Reply::JsonText(status, text) => (status, text),
+    };
+    Response::new(status)
+        .header("Content-Type", "application/json")
+        .header("Cache-Control", "no-store")
+        .header("X-Content-Type-Options", "nosniff")
+        .with_parts(splice.parts(text))
 }
 #[cfg(test)]
 mod tests;

@@ -156,8 +156,12 @@ pub struct McpHeaders {
 /// What to send back.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
-    /// A JSON body (object or batch array) with this status.
+    /// A JSON body (one answer) with this status.
     Json(u16, Value),
+    /// A JSON body already serialised (the answers of a batch, an array), with this status: each
+    /// answer is serialised as soon as it is made, so that a batch of thousands of calls never
+    /// holds thousands of `Value`s.
+    JsonText(u16, Vec<u8>),
     /// 202, empty body: notifications and client responses.
     Accepted,
 }
@@ -272,6 +276,11 @@ fn ok_reply(id: &Value, result: Value) -> Reply {
     Reply::Json(200, json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
+/// Size of a batch's reply (without the files spliced in mode base64) past which the remaining
+/// calls of the batch are not run: they get a -32000 error. Keeps the memory of one request
+/// bounded whatever the batch (a `tools/list` answer is 30 times the size of its request).
+pub const BATCH_REPLY_MAX: usize = 4 << 20;
+
 /// A 2025-03-26 batch: each element handled alone; 202 when nothing needs an answer.
 fn legacy_batch(
     ctx: &Ctx,
@@ -285,15 +294,34 @@ fn legacy_batch(
             RpcError::invalid_request("Invalid Request: empty batch"),
         );
     }
-    let answers: Vec<Value> = items
-        .iter()
-        .filter_map(|m| legacy_message(ctx, Version::V2025_03_26, m, files, log_lines, true))
-        .map(|(_, v)| v)
-        .collect();
-    if answers.is_empty() {
+    let mut text = vec![b'['];
+    for m in items {
+        let answer = if text.len() > BATCH_REPLY_MAX {
+            // Not run: a request gets an error, a notification nothing.
+            classify(m).ok().flatten().map(|(id, _)| {
+                let e = RpcError::new(
+                    -32000,
+                    format!(
+                        "Lot trop volumineux : la réponse dépasse déjà {BATCH_REPLY_MAX} octets, cet appel n'a pas été exécuté ; envoyer moins d'appels par requête."
+                    ),
+                );
+                (e.status, e.response(&id))
+            })
+        } else {
+            legacy_message(ctx, Version::V2025_03_26, m, files, log_lines, true)
+        };
+        if let Some((_, v)) = answer {
+            if text.len() > 1 {
+                text.push(b',');
+            }
+            serde_json::to_writer(&mut text, &v).expect("a JSON value always serialises");
+        }
+    }
+    if text.len() == 1 {
         Reply::Accepted
     } else {
-        Reply::Json(200, Value::Array(answers))
+        text.push(b']');
+        Reply::JsonText(200, text)
     }
 }
 

@@ -58,6 +58,7 @@ fn answer(r: Response) -> Answer {
         ResponseBody::Bytes(b) => b,
         ResponseBody::Empty => Vec::new(),
         ResponseBody::File { .. } => panic!("file body"),
+        ResponseBody::Parts(p) => crate::http::parts_to_vec(&p).unwrap(),
     };
     crate::testutil::audit::body("mcp", r.status, &body);
     Answer {
@@ -492,6 +493,67 @@ async fn legacy_tools_call() {
         "{log}"
     );
     assert!(!log.contains(TOKEN_ACCES), "{log}");
+}
+
+#[tokio::test]
+async fn base64_budget_is_per_http_request() {
+    // taille_max_base64_octets bounds the sum of the files one HTTP request returns in base64.
+    let e = env("taille_max_base64_octets = 10");
+    e.put("a.bin", b"0123");
+    let b64 = |id: i64| call(id, json!({"nom_fichier":"a.bin","mode":"base64"}));
+    let batch = json!([
+        b64(1),
+        {"jsonrpc":"2.0","id":2,"method":"ping"},
+        b64(3),
+        b64(4),
+        call(5, json!({"nom_fichier":"a.bin","mode":"lien"})),
+        b64(6),
+    ]);
+    let a = e.post(&[], batch).await;
+    assert_eq!(a.status, 200);
+    let v = a.json();
+    let answers = v.as_array().unwrap();
+    assert_eq!(answers.len(), 6);
+    let s = json!({"nom":"a.bin","contenu_base64":"MDEyMw==","taille_octets":4});
+    for i in [0, 2] {
+        assert_eq!(
+            answers[i]["result"],
+            json!({"content":[{"type":"text","text":s.to_string()}],"isError":false}),
+            "{i}"
+        );
+    }
+    for i in [3, 5] {
+        assert_eq!(answers[i]["error"]["code"], -32000, "{i}");
+        let msg = answers[i]["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("un seul appel mode=\"base64\" par requête"),
+            "{msg}"
+        );
+        assert!(msg.contains("mode=\"lien\""), "{msg}");
+        assert!(msg.contains("8 octets déjà rendus"), "{msg}");
+    }
+    assert_eq!(answers[1]["result"], json!({}));
+    assert!(
+        answers[4]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("url_telechargement")
+    );
+    let log = log_text(e.dir.path());
+    assert!(
+        log.contains("(mode=base64) — \"a.bin\" — budget base64 de la requête dépassé (4 octets, 8 déjà rendus) — REFUSÉ"),
+        "{log}"
+    );
+    // The next request has a budget of its own.
+    let a = e.post(&[], b64(7)).await;
+    assert_eq!(a.json()["result"]["content"][0]["text"], s.to_string());
+    // An id that looks like a placeholder is echoed as it is.
+    let fake = "b64x0000000000000000000000000000000000000000";
+    let mut c = b64(0);
+    c["id"] = json!(fake);
+    let a = e.post(&[], c).await;
+    assert_eq!(a.json()["id"], fake);
+    assert_eq!(a.json()["result"]["content"][0]["text"], s.to_string());
 }
 
 #[tokio::test]

@@ -37,15 +37,20 @@ impl Mode {
 pub enum FileOutcome {
     /// Missing, expired (and then deleted), or without sidecar: indistinguishable.
     Missing,
-    /// Live and counted as downloaded; `content` holds the bytes in mode base64; `upload` is
-    /// the upload found (for a per-file link).
+    /// Live and counted as downloaded; in mode base64, `content` is the text of
+    /// `contenu_base64`: the encoded bytes, or a placeholder that the HTTP layer replaces with
+    /// them while the reply is written (`super::Base64Splice`); `upload` is the upload found (for
+    /// a per-file link).
     Found {
         size: u64,
-        content: Option<Vec<u8>>,
+        content: Option<String>,
         upload: UploadId,
     },
     /// Mode base64 refused: the file is larger than `taille_max_base64_octets`.
     TooLarge { size: u64, max: u64 },
+    /// Mode base64 refused: with this file, the files returned in base64 by this HTTP request
+    /// would exceed `taille_max_base64_octets` (`spent` bytes already returned).
+    OverBudget { size: u64, spent: u64, max: u64 },
     /// The store failed (logged by the caller; the client sees an internal error).
     Error(String),
 }
@@ -254,6 +259,15 @@ pub fn call(
                 "{head} — trop volumineux pour base64 ({size} octets) — REFUSÉ"
             )),
         ),
+        FileOutcome::OverBudget { size, spent, max } => shape(
+            version,
+            Failure::Business(format!(
+                "Budget base64 de la requête épuisé : ce fichier ({size} octets) porterait au-delà de {max} octets le total rendu en mode=\"base64\" par une même requête HTTP ({spent} octets déjà rendus). Faire un seul appel mode=\"base64\" par requête, ou utiliser mode=\"lien\" pour obtenir une URL de téléchargement."
+            )),
+            Some(format!(
+                "{head} — budget base64 de la requête dépassé ({size} octets, {spent} déjà rendus) — REFUSÉ"
+            )),
+        ),
         FileOutcome::Error(why) => shape(
             version,
             Failure::Internal,
@@ -265,14 +279,11 @@ pub fn call(
             upload,
         } => {
             let structured = match (mode, content) {
-                (Mode::Base64, Some(bytes)) => {
-                    use base64::Engine;
-                    json!({
-                        "nom": name.as_str(),
-                        "contenu_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
-                        "taille_octets": size,
-                    })
-                }
+                (Mode::Base64, Some(text)) => json!({
+                    "nom": name.as_str(),
+                    "contenu_base64": text,
+                    "taille_octets": size,
+                }),
                 (Mode::Base64, None) => {
                     return shape(
                         version,

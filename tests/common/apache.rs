@@ -51,10 +51,16 @@ impl Apache {
 
     /// `extra`: TOML `key = value` overrides for config.toml (e.g. `("duree_inactivite_secondes", "2")`).
     pub fn with(mode: Mode, extra: &[(&str, &str)]) -> Apache {
+        Apache::with_server_config(mode, extra, "")
+    }
+
+    /// Like [`Apache::with`], with `directives` appended to the server configuration (after the
+    /// virtual host); `@FICHIERS@` in them is replaced by the store's folder.
+    pub fn with_server_config(mode: Mode, extra: &[(&str, &str)], directives: &str) -> Apache {
         let mut last_error = String::new();
         // A port picked as free can be taken by a parallel test before Apache binds it: retry.
         for _ in 0..3 {
-            match Apache::try_start(mode, extra) {
+            match Apache::try_start(mode, extra, directives) {
                 Ok(a) => return a,
                 Err(e) => last_error = e,
             }
@@ -62,7 +68,7 @@ impl Apache {
         panic!("private Apache did not start ({mode:?}):\n{last_error}");
     }
 
-    fn try_start(mode: Mode, extra: &[(&str, &str)]) -> Result<Apache, String> {
+    fn try_start(mode: Mode, extra: &[(&str, &str)], directives: &str) -> Result<Apache, String> {
         let port = free_port();
         let state = State::new(port, extra);
         let fcgi_port = free_port();
@@ -89,7 +95,8 @@ impl Apache {
                 .collect::<Vec<_>>()
                 .join("\n");
         }
-        fs::write(&conf, text).unwrap();
+        let directives = directives.replace("@FICHIERS@", &state.files().display().to_string());
+        fs::write(&conf, text + "\n" + &directives).unwrap();
         state.hand_over();
 
         let t = Command::new(apache2())

@@ -14,15 +14,25 @@ pub struct App {
 }
 
 impl App {
-    /// Opens the store and the log (creating their folders 0700).
+    /// Opens the store and the log, checking their folders (see [`crate::folders`]): created
+    /// 0700 when missing, tightened to 0700 when writable by others (said in the log and on
+    /// stderr), refused when a symbolic link or another user's.
     pub fn new(cfg: Config) -> std::io::Result<App> {
-        let store = Store::open(&cfg)?;
-        let log = Log::open(
+        let mut notes = Vec::new();
+        let store = Store::open(&cfg, &mut notes)?;
+        let log_dir = crate::folders::open_private(&cfg.dossier_log)?;
+        notes.extend(log_dir.note(&cfg.dossier_log));
+        let log = Log::in_dir(
+            Some(log_dir.fd),
             &cfg.dossier_log,
             cfg.debug,
             cfg.taille_max_log_octets,
             cfg.nombre_logs_conserves,
         );
+        for note in notes {
+            eprintln!("depot-fichiers : {note}");
+            log.line(&format!("démarrage — {note}"));
+        }
         Ok(App { cfg, store, log })
     }
 }

@@ -6,6 +6,7 @@ use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::http::{Request, Response, ResponseBody};
+use crate::log::quoted;
 use crate::names::{Name, query_param};
 use crate::router::App;
 use crate::store::Found;
@@ -29,7 +30,8 @@ pub fn handle(app: &App, req: &Request) -> Response {
                 .map(|(a, b)| format!(" (octets {a}-{b})"))
                 .unwrap_or_default();
             app.log.line(&format!(
-                "{verb} /download.php — {what} \"{name}\"{range} — OK"
+                "{verb} /download.php — {what} \"{}\"{range} — OK",
+                quoted(name.as_str())
             ));
             if head { resp.head_only() } else { resp }
         }
@@ -44,7 +46,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
                 other => other.code().to_string(),
             };
             let name = query_param(req.query(), "fichier")
-                .map(|n| format!(" \"{}\"", String::from_utf8_lossy(&n).escape_debug()))
+                .map(|n| format!(" \"{}\"", quoted(n)))
                 .unwrap_or_default();
             app.log
                 .line(&format!("{verb} /download.php{name} — {words} — REFUSÉ"));
@@ -75,8 +77,10 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         .ok_or(ApiError::FichierIntrouvable)?;
     if app.log.debug_enabled() {
         app.log.debug(&format!(
-            "expiration \"{name}\" : déposé à {}, {} octets",
-            found.sidecar.depot_timestamp, found.size
+            "expiration \"{}\" : déposé à {}, {} octets",
+            quoted(name.as_str()),
+            found.sidecar.depot_timestamp,
+            found.size
         ));
     }
     let etag = etag(&found);

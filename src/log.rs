@@ -63,13 +63,17 @@ pub fn redact(secret: &str) -> String {
     format!("{head}…")
 }
 
-/// Client-supplied text (a file name, a header) as it goes between the quotes of a log line:
-/// `"` `\\` and every control or invisible character escaped (`\"`, `\u{202e}`…), so that a
-/// value can never forge a field or a line. Invalid UTF-8 is shown as U+FFFD.
+/// Client-supplied text (a file name, a header…) as it goes between the quotes of a log line:
+/// `"`, `\\`, line breaks and every control or invisible character escaped Rust-style (`\"`,
+/// `\n`, `\u{202e}`…), and the field separator `—` too (`\u{2014}`), so that a value can never
+/// forge a field or a line: splitting a line on ` — ` gives its real fields. Invalid UTF-8 is
+/// shown as U+FFFD.
 pub fn quoted(text: impl AsRef<[u8]>) -> String {
     String::from_utf8_lossy(text.as_ref())
-        .escape_debug()
-        .to_string()
+        .split('\u{2014}')
+        .map(|part| part.escape_debug().to_string())
+        .collect::<Vec<_>>()
+        .join("\\u{2014}")
 }
 
 /// A query string with the value of `token=` redacted.
@@ -235,6 +239,26 @@ mod tests {
         assert!(l.ends_with("— OK"));
         let mode = std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn quoted_values_cannot_forge_fields() {
+        let forged = "x\" (1 octets) — OK — and \"rapport.pdf";
+        let line = format!(
+            "POST /upload.php — dépôt \"{}\" (3 octets) — OK",
+            quoted(forged)
+        );
+        assert_eq!(line.matches(" — ").count(), 2, "{line}");
+        assert_eq!(line.matches("— OK").count(), 1, "{line}");
+        assert_eq!(
+            quoted(forged),
+            "x\\\" (1 octets) \\u{2014} OK \\u{2014} and \\\"rapport.pdf"
+        );
+        assert_eq!(quoted("a\nb\r\\"), "a\\nb\\r\\\\");
+        assert_eq!(quoted("facture\u{202E}fdp.exe"), "facture\\u{202e}fdp.exe");
+        assert_eq!(quoted(b"\xffz"), "\u{FFFD}z");
+        // Ordinary names stay readable.
+        assert_eq!(quoted("élève àçcentué 📷.pdf"), "élève àçcentué 📷.pdf");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use serde_json::{Value, json};
 
+use crate::log::quoted;
 use crate::names::{Name, download_url};
 
 use super::protocol::{RpcError, Version};
@@ -189,7 +190,11 @@ pub fn call(
     let mode = match mode {
         Ok(m) => m,
         Err(bad) => {
-            let line = format!("{} — mode invalide {bad} — REFUSÉ", label(None));
+            let line = format!(
+                "{} — mode invalide \"{}\" — REFUSÉ",
+                label(None),
+                quoted(bad.trim_matches('"'))
+            );
             return shape(
                 version,
                 Failure::InvalidArguments(format!(
@@ -217,9 +222,9 @@ pub fn call(
         Ok(n) => n,
         Err(e) => {
             let line = format!(
-                "{} — nom invalide {:?} ({e}) — REFUSÉ",
+                "{} — nom invalide \"{}\" ({e}) — REFUSÉ",
                 label(Some(mode)),
-                raw.chars().take(80).collect::<String>()
+                quoted(raw.chars().take(80).collect::<String>())
             );
             return shape(
                 version,
@@ -228,7 +233,7 @@ pub fn call(
             );
         }
     };
-    let head = format!("{} — \"{}\"", label(Some(mode)), name);
+    let head = format!("{} — \"{}\"", label(Some(mode)), quoted(name.as_str()));
     match files(&name, mode) {
         FileOutcome::Missing => shape(
             version,

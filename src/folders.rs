@@ -110,6 +110,36 @@ pub fn report(cfg: &Config) -> (Vec<String>, bool) {
     (lines, refused)
 }
 
+/// Why a folder cannot be used.
+#[derive(Debug)]
+pub enum FolderError {
+    /// The check refuses it (symbolic link, not a directory, another user's): the message names
+    /// the folder and says why.
+    Refused(String),
+    /// It could not be created, opened or tightened (permissions, read-only file system…).
+    Io(io::Error),
+}
+
+impl std::fmt::Display for FolderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FolderError::Refused(why) => f.write_str(why),
+            FolderError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for FolderError {}
+
+impl From<FolderError> for io::Error {
+    fn from(e: FolderError) -> io::Error {
+        match e {
+            FolderError::Refused(why) => io::Error::new(io::ErrorKind::PermissionDenied, why),
+            FolderError::Io(e) => e,
+        }
+    }
+}
+
 /// A folder opened and checked; `tightened` holds the mode it had when it was too open.
 pub struct Opened {
     pub fd: OwnedFd,
@@ -130,13 +160,13 @@ impl Opened {
 }
 
 /// Opens (creating it 0700 with its parents if missing) and checks the absolute folder `path`.
-pub fn open_private(path: &Path) -> io::Result<Opened> {
+pub fn open_private(path: &Path) -> Result<Opened, FolderError> {
     if matches!(rustix::fs::lstat(path), Err(Errno::NOENT)) {
         create_private_dir(path).map_err(|e| {
-            io::Error::new(
+            FolderError::Io(io::Error::new(
                 e.kind(),
                 format!("{} : création impossible : {e}", path.display()),
-            )
+            ))
         })?;
     }
     open_checked(rustix::fs::CWD, path, path)
@@ -144,18 +174,18 @@ pub fn open_private(path: &Path) -> io::Result<Opened> {
 
 /// Opens (creating it 0700 if missing) and checks the folder `name` of the folder `parent`;
 /// `shown` is its path for messages.
-pub fn open_private_at(parent: &OwnedFd, name: &str, shown: &Path) -> io::Result<Opened> {
+pub fn open_private_at(parent: &OwnedFd, name: &str, shown: &Path) -> Result<Opened, FolderError> {
     match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(PRIVATE)) {
         Ok(()) | Err(Errno::EXIST) => {}
         Err(e) => {
-            return Err(io::Error::new(
+            return Err(FolderError::Io(io::Error::new(
                 io::Error::from(e).kind(),
                 format!(
                     "{} : création impossible : {}",
                     shown.display(),
                     io::Error::from(e)
                 ),
-            ));
+            )));
         }
     }
     open_checked(parent, name, shown)
@@ -165,7 +195,7 @@ fn open_checked<Fd: AsFd + Copy>(
     dir: Fd,
     name: impl AsRef<Path>,
     shown: &Path,
-) -> io::Result<Opened> {
+) -> Result<Opened, FolderError> {
     let name = name.as_ref();
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
@@ -175,16 +205,16 @@ fn open_checked<Fd: AsFd + Copy>(
             if let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
                 && let Finding::Refused(why) = judge(shown, &st)
             {
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+                return Err(FolderError::Refused(why));
             }
             let e = io::Error::from(e);
-            return Err(io::Error::new(
+            return Err(FolderError::Io(io::Error::new(
                 e.kind(),
                 format!("{} : ouverture impossible : {e}", shown.display()),
-            ));
+            )));
         }
     };
-    let st = rustix::fs::fstat(&fd)?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| FolderError::Io(e.into()))?;
     match judge(shown, &st) {
         Finding::Fine | Finding::Missing => Ok(Opened {
             fd,
@@ -192,7 +222,7 @@ fn open_checked<Fd: AsFd + Copy>(
         }),
         Finding::TooOpen(mode) => {
             rustix::fs::fchmod(&fd, Mode::from_raw_mode(PRIVATE)).map_err(|e| {
-                io::Error::other(format!(
+                FolderError::Refused(format!(
                     "le dossier {} est en mode {mode:04o} et ne peut être resserré en 0700 : {}",
                     shown.display(),
                     io::Error::from(e)
@@ -203,7 +233,7 @@ fn open_checked<Fd: AsFd + Copy>(
                 tightened: Some(mode),
             })
         }
-        Finding::Refused(why) => Err(io::Error::new(io::ErrorKind::PermissionDenied, why)),
+        Finding::Refused(why) => Err(FolderError::Refused(why)),
     }
 }
 

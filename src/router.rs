@@ -1,6 +1,7 @@
 //! The per-process application state and the dispatch of a request to its endpoint (contract §2).
 
 use crate::config::Config;
+use crate::folders::{self, FolderError};
 use crate::http::{Request, Response};
 use crate::log::Log;
 use crate::store::Store;
@@ -20,10 +21,21 @@ impl App {
     pub fn new(cfg: Config) -> std::io::Result<App> {
         let mut notes = Vec::new();
         let store = Store::open(&cfg, &mut notes)?;
-        let log_dir = crate::folders::open_private(&cfg.dossier_log)?;
-        notes.extend(log_dir.note(&cfg.dossier_log));
+        // A log folder that is refused stops the process; one that merely cannot be opened
+        // (read-only, permissions) does not: a log that cannot be written never stops a request.
+        let log_dir = match folders::open_private(&cfg.dossier_log) {
+            Ok(o) => {
+                notes.extend(o.note(&cfg.dossier_log));
+                Some(o.fd)
+            }
+            Err(e @ FolderError::Refused(_)) => return Err(e.into()),
+            Err(FolderError::Io(e)) => {
+                eprintln!("depot-fichiers : dossier de journal inutilisable : {e}");
+                None
+            }
+        };
         let log = Log::in_dir(
-            Some(log_dir.fd),
+            log_dir,
             &cfg.dossier_log,
             cfg.debug,
             cfg.taille_max_log_octets,

@@ -467,7 +467,7 @@ impl Store {
 
     /// Reads and parses a sidecar (small: refuses anything over 4 KiB).
     fn read_sidecar(&self, name: &Name) -> Option<Sidecar> {
-        let f = open_at(&self.meta_fd, &name.sidecar_file_name(), OFlags::RDONLY).ok()?;
+        let f = open_at(&self.meta_fd, name.sidecar_file_name(), OFlags::RDONLY).ok()?;
         let mut buf = Vec::with_capacity(256);
         f.take(4096).read_to_end(&mut buf).ok()?;
         serde_json::from_slice(&buf).ok()

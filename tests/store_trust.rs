@@ -166,12 +166,15 @@ fn a_meta_folder_swapped_for_a_symlink_after_start_redirects_nothing() {
     // The sidecar went to the folder the process opened at start, not through the link.
     assert_eq!(common::entries(&foreign), ["notes.json"]);
     assert!(kept.join("apres.txt.json").exists());
-    // Downloads (each sweeps: balayage_intervalle_min_ms = 0) still work and delete nothing.
+    // Downloads still work, and their sweeps (balayage_intervalle_min_ms = 0; without the
+    // deadline marker each one reads the whole store) delete nothing.
     for name in ["apres.txt", "avant.txt"] {
+        fs::remove_file(s.files().join(".tmp/echeance")).unwrap();
         let r = curl(&[&download_url(s, name)]);
         assert_eq!(r.status, 200, "{name}: {}", r.text());
     }
     assert_eq!(common::entries(&foreign), ["notes.json"]);
+    assert!(s.files().join(".tmp/echeance").exists(), "no full sweep ran");
 
     // A new process (the command-line sweep) refuses the link and deletes nothing.
     let o = run(s, &["sweep"]);

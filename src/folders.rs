@@ -102,7 +102,10 @@ pub fn report(cfg: &Config) -> (Vec<String>, bool) {
         }
         finding
     };
-    if note("dossier_fichiers", root) != Finding::Missing {
+    if matches!(
+        note("dossier_fichiers", root),
+        Finding::Fine | Finding::TooOpen(_)
+    ) {
         note("dossier_fichiers", &root.join(".meta"));
         note("dossier_fichiers", &root.join(".tmp"));
     }

@@ -174,7 +174,10 @@ fn a_meta_folder_swapped_for_a_symlink_after_start_redirects_nothing() {
         assert_eq!(r.status, 200, "{name}: {}", r.text());
     }
     assert_eq!(common::entries(&foreign), ["notes.json"]);
-    assert!(s.files().join(".tmp/echeance").exists(), "no full sweep ran");
+    assert!(
+        s.files().join(".tmp/echeance").exists(),
+        "no full sweep ran"
+    );
 
     // A new process (the command-line sweep) refuses the link and deletes nothing.
     let o = run(s, &["sweep"]);

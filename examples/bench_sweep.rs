@@ -29,7 +29,7 @@ fn main() {
             root.join("log").display()
         );
         let cfg = config::parse(&text).unwrap();
-        let store = Store::open(&cfg).unwrap();
+        let store = Store::open(&cfg, &mut Vec::new()).unwrap();
         for i in 0..count {
             let mut up = store.begin_upload().unwrap();
             up.write(b"0123456789").unwrap();

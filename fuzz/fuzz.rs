@@ -467,6 +467,12 @@ fn check_name(name: &Name) {
     assert!(!s.is_empty() && s.len() <= MAX_NAME_BYTES, "{s:?}");
     assert!(!s.contains('/') && !s.contains('\0'), "{s:?}");
     assert!(!s.chars().any(char::is_control), "{s:?}");
+    assert!(!s.chars().any(names::is_invisible_control), "{s:?}");
+    for c in [
+        '\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{2028}', '\u{2029}',
+    ] {
+        assert!(!s.contains(c), "{s:?}");
+    }
     assert!(![".", "..", ".meta", ".tmp"].contains(&s), "{s:?}");
     // Idempotent on its own output.
     assert_eq!(Name::parse(s.as_bytes()).as_ref(), Ok(name));
@@ -532,6 +538,15 @@ fn names() {
             b"%5C",
             b"%C3%A9",
             b"%E2%80%AE",
+            b"%E2%80%AA",
+            b"%E2%81%A6",
+            b"%E2%81%A9",
+            b"%E2%80%A8",
+            b"%E2%80%A9",
+            b"%E2%80%AF",
+            b"\xe2\x80\xae",
+            b"\xe2\x81\xa7",
+            b"\xe2\x80\xa9",
             b"%C2%85",
             b"..",
             b"../",

@@ -115,6 +115,11 @@ for i, q in enumerate([
     "&&fichier=x/&",
     "fichier=%",
     "fichier=%zz",
+    "fichier=facture%E2%80%AEfdp.exe",
+    "fichier=a%E2%80%AAb%E2%80%ACc",
+    "fichier=%E2%81%A6x%E2%81%A9",
+    "fichier=l1%E2%80%A8l2%E2%80%A9",
+    "fichier=ok%E2%80%AF%E2%81%A5.txt",
 ]):
     put("names", f"query-{i:02}", q)
 

@@ -12,6 +12,28 @@ pub const CONFIG_ENV: &str = "DEPOT_FICHIERS_CONFIG";
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/depot-fichiers/config.toml";
 
 const MIB: u64 = 1024 * 1024;
+const GIB: u64 = 1024 * MIB;
+const TIB: u64 = 1024 * GIB;
+/// Ten years, in seconds: the longest delay, far from any overflow of the expiry arithmetic.
+const TEN_YEARS_SECS: u64 = 10 * 365 * 24 * 3600;
+
+/// Allowed range (inclusive) of every integer key, refused at load outside it with the key
+/// named. Documented in `config.example.toml`.
+pub const BOUNDS: &[(&str, u64, u64)] = &[
+    ("taille_max_fichier_octets", 1, TIB),
+    ("duree_max_depot_secondes", 1, TEN_YEARS_SECS),
+    ("duree_inactivite_secondes", 1, TEN_YEARS_SECS),
+    ("taille_max_base64_octets", 0, 256 * MIB),
+    ("balayage_intervalle_min_ms", 0, 3_600_000),
+    ("taille_max_totale_octets", 0, 1024 * TIB),
+    ("mcp_taille_max_requete_octets", 1024, 64 * MIB),
+    ("taille_max_log_octets", 4096, GIB),
+    ("nombre_logs_conserves", 0, 1000),
+    ("x_sendfile_taille_min_octets", 0, TIB),
+];
+
+/// Allowed range (inclusive) of `oauth_delai_max_secondes`.
+pub const OAUTH_DELAI_BOUNDS: (f64, f64) = (0.1, 300.0);
 
 /// The effective configuration, every default applied and every value checked.
 #[derive(Debug, Clone)]
@@ -230,9 +252,18 @@ fn check_dir(key: &str, p: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn positive(key: &str, v: u64) -> Result<u64, ConfigError> {
-    if v == 0 {
-        return Err(err(key, "doit être strictement positif"));
+/// `v`, or the default, checked against the key's [`BOUNDS`].
+fn bounded(key: &str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    let v = v.unwrap_or(default);
+    let &(_, min, max) = BOUNDS
+        .iter()
+        .find(|b| b.0 == key)
+        .expect("every integer key has bounds");
+    if !(min..=max).contains(&v) {
+        return Err(err(
+            key,
+            format!("valeur {v} hors des limites permises : de {min} à {max}"),
+        ));
     }
     Ok(v)
 }
@@ -294,29 +325,36 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
         check_url("origines_autorisees", o)?;
     }
     let delai = r.oauth_delai_max_secondes.unwrap_or(5.0);
-    if !(delai.is_finite() && delai > 0.0 && delai <= 300.0) {
+    let (delai_min, delai_max) = OAUTH_DELAI_BOUNDS;
+    if !(delai_min..=delai_max).contains(&delai) {
         return Err(err(
             "oauth_delai_max_secondes",
-            "doit être compris entre 0 (exclu) et 300 secondes",
+            format!(
+                "valeur {delai} hors des limites permises : de {delai_min} à {delai_max} secondes"
+            ),
         ));
     }
-    let nombre_logs = r.nombre_logs_conserves.unwrap_or(3);
-    if nombre_logs > 1000 {
-        return Err(err("nombre_logs_conserves", "au plus 1000"));
-    }
+    let nombre_logs = bounded(
+        "nombre_logs_conserves",
+        r.nombre_logs_conserves.map(u64::from),
+        3,
+    )? as u32;
     Ok(Config {
         token_acces: r.token_acces,
-        taille_max_fichier_octets: positive(
+        taille_max_fichier_octets: bounded(
             "taille_max_fichier_octets",
-            r.taille_max_fichier_octets.unwrap_or(200 * MIB),
+            r.taille_max_fichier_octets,
+            200 * MIB,
         )?,
-        duree_max_depot_secondes: positive(
+        duree_max_depot_secondes: bounded(
             "duree_max_depot_secondes",
-            r.duree_max_depot_secondes.unwrap_or(3600),
+            r.duree_max_depot_secondes,
+            3600,
         )?,
-        duree_inactivite_secondes: positive(
+        duree_inactivite_secondes: bounded(
             "duree_inactivite_secondes",
-            r.duree_inactivite_secondes.unwrap_or(600),
+            r.duree_inactivite_secondes,
+            600,
         )?,
         dossier_fichiers: r.dossier_fichiers,
         dossier_log: r.dossier_log,
@@ -330,21 +368,35 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
         mcp_resource_url,
         oauth_audience_obligatoire: r.oauth_audience_obligatoire.unwrap_or(true),
         origines_autorisees: origines,
-        taille_max_base64_octets: r.taille_max_base64_octets.unwrap_or(5 * MIB),
-        balayage_intervalle_min_ms: r.balayage_intervalle_min_ms.unwrap_or(1000),
-        taille_max_totale_octets: r.taille_max_totale_octets.unwrap_or(0),
-        mcp_taille_max_requete_octets: positive(
+        taille_max_base64_octets: bounded(
+            "taille_max_base64_octets",
+            r.taille_max_base64_octets,
+            5 * MIB,
+        )?,
+        balayage_intervalle_min_ms: bounded(
+            "balayage_intervalle_min_ms",
+            r.balayage_intervalle_min_ms,
+            1000,
+        )?,
+        taille_max_totale_octets: bounded(
+            "taille_max_totale_octets",
+            r.taille_max_totale_octets,
+            0,
+        )?,
+        mcp_taille_max_requete_octets: bounded(
             "mcp_taille_max_requete_octets",
-            r.mcp_taille_max_requete_octets.unwrap_or(MIB),
+            r.mcp_taille_max_requete_octets,
+            MIB,
         )?,
         oauth_delai_max_secondes: delai,
-        taille_max_log_octets: positive(
-            "taille_max_log_octets",
-            r.taille_max_log_octets.unwrap_or(8 * MIB),
-        )?,
+        taille_max_log_octets: bounded("taille_max_log_octets", r.taille_max_log_octets, 8 * MIB)?,
         nombre_logs_conserves: nombre_logs,
         x_sendfile: r.x_sendfile.unwrap_or(false),
-        x_sendfile_taille_min_octets: r.x_sendfile_taille_min_octets.unwrap_or(MIB),
+        x_sendfile_taille_min_octets: bounded(
+            "x_sendfile_taille_min_octets",
+            r.x_sendfile_taille_min_octets,
+            MIB,
+        )?,
         liens_par_fichier: r.liens_par_fichier.unwrap_or(false),
     })
 }
@@ -539,6 +591,48 @@ oauth_client_secret = "s3cr3t-s3cr3t"
             Some("duree_inactivite_secondes")
         );
         assert!(parse("pas du toml = = ").unwrap_err().key.is_none());
+    }
+
+    /// Every integer key: min-1 and max+1 refused with the key and the range named, min and max
+    /// accepted; and every integer key of [`KEYS`] has bounds.
+    #[test]
+    fn every_integer_key_is_bounded() {
+        let with = |key: &str, v: &str| parse(&format!("{MINIMAL}\n{key} = {v}"));
+        for &(key, min, max) in BOUNDS {
+            assert!(KEYS.contains(&key), "{key}");
+            let below = if min == 0 {
+                "-1".to_string()
+            } else {
+                (min - 1).to_string()
+            };
+            let e = with(key, &below).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{key} = {below}");
+            if min > 0 {
+                assert!(e.message.contains(&format!("de {min} à {max}")), "{e}");
+            }
+            assert!(with(key, &min.to_string()).is_ok(), "{key} = {min}");
+            assert!(with(key, &max.to_string()).is_ok(), "{key} = {max}");
+            let e = with(key, &(max + 1).to_string()).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{key} = {}", max + 1);
+            assert!(e.message.contains(&format!("de {min} à {max}")), "{e}");
+            // Near i64::MAX (the review's wrapping `duree_*`).
+            let e = with(key, &(i64::MAX - 5).to_string()).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key));
+        }
+        let table: toml::Table = include_str!("../config.example.toml").parse().unwrap();
+        for k in KEYS {
+            let integer = matches!(table.get(*k), Some(toml::Value::Integer(_)));
+            let bounded = BOUNDS.iter().any(|b| b.0 == *k) || *k == "oauth_delai_max_secondes";
+            assert!(!integer || bounded, "{k} has no bounds");
+        }
+        let key = "oauth_delai_max_secondes";
+        assert_eq!(with(key, "0.099").unwrap_err().key.as_deref(), Some(key));
+        assert!(with(key, "0.1").is_ok());
+        assert!(with(key, "300").is_ok());
+        let e = with(key, "300.001").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some(key));
+        assert!(e.message.contains("de 0.1 à 300"), "{e}");
+        assert_eq!(with(key, "nan").unwrap_err().key.as_deref(), Some(key));
     }
 
     #[test]

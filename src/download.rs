@@ -7,6 +7,7 @@ use subtle::ConstantTimeEq;
 use crate::error::ApiError;
 use crate::http::{Request, Response, ResponseBody};
 use crate::liens::{self, UploadId};
+use crate::log::quoted;
 use crate::names::{Name, query_param};
 use crate::router::App;
 use crate::store::{Found, now_secs};
@@ -30,7 +31,8 @@ pub fn handle(app: &App, req: &Request) -> Response {
                 .map(|(a, b)| format!(" (octets {a}-{b})"))
                 .unwrap_or_default();
             app.log.line(&format!(
-                "{verb} /download.php — {what} \"{name}\"{range} — OK"
+                "{verb} /download.php — {what} \"{}\"{range} — OK",
+                quoted(name.as_str())
             ));
             if head { resp.head_only() } else { resp }
         }
@@ -45,7 +47,7 @@ pub fn handle(app: &App, req: &Request) -> Response {
                 other => other.code().to_string(),
             };
             let name = query_param(req.query(), "fichier")
-                .map(|n| format!(" \"{}\"", String::from_utf8_lossy(&n).escape_debug()))
+                .map(|n| format!(" \"{}\"", quoted(n)))
                 .unwrap_or_default();
             app.log
                 .line(&format!("{verb} /download.php{name} — {words} — REFUSÉ"));
@@ -78,8 +80,10 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
     }
     if app.log.debug_enabled() {
         app.log.debug(&format!(
-            "expiration \"{name}\" : déposé à {}, {} octets",
-            found.sidecar.depot_timestamp, found.size
+            "expiration \"{}\" : déposé à {}, {} octets",
+            quoted(name.as_str()),
+            found.sidecar.depot_timestamp,
+            found.size
         ));
     }
     let etag = etag(&found);

@@ -8,6 +8,7 @@ pub mod consignes;
 pub mod download;
 pub mod error;
 pub mod fastcgi;
+pub mod folders;
 pub mod http;
 pub mod liens;
 pub mod log;

@@ -4,17 +4,25 @@
 //!
 //! A log that cannot be written never stops a request: the problem is reported on stderr (which
 //! mod_fcgid puts in Apache's error log) and the request goes on.
+//!
+//! The folder is opened once (checked like the store's, see [`crate::folders`]); the file is
+//! opened and rotated relative to that descriptor, never through a symbolic link.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 pub const LOG_FILE: &str = "depot-fichiers.log";
 
 /// The log of one process.
 pub struct Log {
     path: PathBuf,
+    /// The log folder; `None` when it could not be opened (every line then goes to stderr).
+    dir: Option<OwnedFd>,
     host: String,
     debug: bool,
     max_bytes: u64,
@@ -55,6 +63,19 @@ pub fn redact(secret: &str) -> String {
     format!("{head}…")
 }
 
+/// Client-supplied text (a file name, a header…) as it goes between the quotes of a log line:
+/// `"`, `\\`, line breaks and every control or invisible character escaped Rust-style (`\"`,
+/// `\n`, `\u{202e}`…), and the field separator `—` too (`\u{2014}`), so that a value can never
+/// forge a field or a line: splitting a line on ` — ` gives its real fields. Invalid UTF-8 is
+/// shown as U+FFFD.
+pub fn quoted(text: impl AsRef<[u8]>) -> String {
+    String::from_utf8_lossy(text.as_ref())
+        .split('\u{2014}')
+        .map(|part| part.escape_debug().to_string())
+        .collect::<Vec<_>>()
+        .join("\\u{2014}")
+}
+
 /// A query string with the value of `token=` redacted.
 pub fn redact_query(query: &str) -> String {
     query
@@ -68,16 +89,33 @@ pub fn redact_query(query: &str) -> String {
 }
 
 impl Log {
-    /// Creates the folder (0700) if missing. Never fails: problems show up at write time.
+    /// Opens the folder (created 0700 if missing). Never fails: problems show up at write time.
+    /// The program itself uses [`Log::in_dir`], after the folder's check.
     pub fn open(dir: &Path, debug: bool, max_bytes: u64, keep: u32) -> Log {
-        if let Err(e) = create_private_dir(dir) {
-            eprintln!(
-                "depot-fichiers : dossier de journal {} inutilisable : {e}",
-                dir.display()
-            );
-        }
+        let fd = match crate::folders::open_private(dir) {
+            Ok(o) => Some(o.fd),
+            Err(e) => {
+                eprintln!(
+                    "depot-fichiers : dossier de journal {} inutilisable : {e}",
+                    dir.display()
+                );
+                None
+            }
+        };
+        Log::in_dir(fd, dir, debug, max_bytes, keep)
+    }
+
+    /// The log in the folder `dir` (path `shown`), already opened and checked.
+    pub fn in_dir(
+        dir: Option<OwnedFd>,
+        shown: &Path,
+        debug: bool,
+        max_bytes: u64,
+        keep: u32,
+    ) -> Log {
         Log {
-            path: dir.join(LOG_FILE),
+            path: shown.join(LOG_FILE),
+            dir,
             host: short_hostname(),
             debug,
             max_bytes,
@@ -126,12 +164,21 @@ impl Log {
         }
     }
 
+    fn dir(&self) -> io::Result<&OwnedFd> {
+        self.dir
+            .as_ref()
+            .ok_or_else(|| io::Error::other("dossier de journal inutilisable"))
+    }
+
     fn append(&self, line: &[u8]) -> io::Result<()> {
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(&self.path)?;
+        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW;
+        let fd = rustix::fs::openat(
+            self.dir()?,
+            LOG_FILE,
+            flags | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut f = File::from(fd);
         // One write(2) in O_APPEND mode: concurrent lines never interleave.
         f.write_all(line)?;
         if f.metadata()?.len() > self.max_bytes {
@@ -144,20 +191,21 @@ impl Log {
     /// two processes do not rotate twice.
     fn rotate(&self, live: &File) -> io::Result<()> {
         live.lock()?;
-        // Someone else may have rotated already: only rotate if the path still is this inode.
-        let same = std::fs::metadata(&self.path)
-            .map(|m| m.ino() == live.metadata().map(|l| l.ino()).unwrap_or(0))
+        let dir = self.dir()?;
+        // Someone else may have rotated already: only rotate if the name still is this inode.
+        let same = rustix::fs::statat(dir, LOG_FILE, AtFlags::SYMLINK_NOFOLLOW)
+            .map(|m| m.st_ino == live.metadata().map(|l| l.ino()).unwrap_or(0))
             .unwrap_or(false);
         if same && live.metadata()?.len() > self.max_bytes {
-            let numbered = |i: u32| PathBuf::from(format!("{}.{i}", self.path.display()));
+            let numbered = |i: u32| format!("{LOG_FILE}.{i}");
             if self.keep == 0 {
-                std::fs::remove_file(&self.path)?;
+                rustix::fs::unlinkat(dir, LOG_FILE, AtFlags::empty())?;
             } else {
-                let _ = std::fs::remove_file(numbered(self.keep));
+                let _ = rustix::fs::unlinkat(dir, numbered(self.keep), AtFlags::empty());
                 for i in (1..self.keep).rev() {
-                    let _ = std::fs::rename(numbered(i), numbered(i + 1));
+                    let _ = rustix::fs::renameat(dir, numbered(i), dir, numbered(i + 1));
                 }
-                std::fs::rename(&self.path, numbered(1))?;
+                rustix::fs::renameat(dir, LOG_FILE, dir, numbered(1))?;
             }
         }
         live.unlock()
@@ -191,6 +239,26 @@ mod tests {
         assert!(l.ends_with("— OK"));
         let mode = std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn quoted_values_cannot_forge_fields() {
+        let forged = "x\" (1 octets) — OK — and \"rapport.pdf";
+        let line = format!(
+            "POST /upload.php — dépôt \"{}\" (3 octets) — OK",
+            quoted(forged)
+        );
+        assert_eq!(line.matches(" — ").count(), 2, "{line}");
+        assert_eq!(line.matches("— OK").count(), 1, "{line}");
+        assert_eq!(
+            quoted(forged),
+            "x\\\" (1 octets) \\u{2014} OK \\u{2014} and \\\"rapport.pdf"
+        );
+        assert_eq!(quoted("a\nb\r\\"), "a\\nb\\r\\\\");
+        assert_eq!(quoted("facture\u{202E}fdp.exe"), "facture\\u{202e}fdp.exe");
+        assert_eq!(quoted(b"\xffz"), "\u{FFFD}z");
+        // Ordinary names stay readable.
+        assert_eq!(quoted("élève àçcentué 📷.pdf"), "élève àçcentué 📷.pdf");
     }
 
     #[test]

@@ -78,16 +78,13 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
             path.display()
         );
     }
-    for (key, dir) in [
-        ("dossier_fichiers", &cfg.dossier_fichiers),
-        ("dossier_log", &cfg.dossier_log),
-    ] {
-        if !dir.is_dir() {
-            outln!(
-                "# note : {key} {} n'existe pas encore (créé en 0700 à la première requête)",
-                dir.display()
-            );
-        }
+    let (lines, refused) = depot_fichiers::folders::report(cfg);
+    for line in &lines {
+        outln!("{line}");
+    }
+    if refused {
+        eprintln!("depot-fichiers : dossier refusé (voir les lignes « # erreur » ci-dessus)");
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
 }

@@ -25,6 +25,9 @@ pub enum NameError {
     DotName,
     InvalidUtf8,
     ControlCharacter,
+    /// A Unicode bidirectional control (U+202A–U+202E, U+2066–U+2069) or a line/paragraph
+    /// separator (U+2028, U+2029): they change how the name is displayed.
+    InvisibleControl,
     TooLong,
     Reserved,
 }
@@ -36,6 +39,10 @@ impl fmt::Display for NameError {
             NameError::DotName => "les noms « . » et « .. » sont interdits",
             NameError::InvalidUtf8 => "le nom de fichier n'est pas de l'UTF-8 valide",
             NameError::ControlCharacter => "le nom de fichier contient un caractère de contrôle",
+            NameError::InvisibleControl => {
+                "le nom de fichier contient un caractère de contrôle bidirectionnel ou un \
+                 séparateur de ligne Unicode"
+            }
             NameError::TooLong => "nom de fichier trop long (250 octets au plus)",
             NameError::Reserved => "nom réservé au fonctionnement du dépôt",
         })
@@ -43,6 +50,13 @@ impl fmt::Display for NameError {
 }
 
 impl std::error::Error for NameError {}
+
+/// Unicode bidirectional controls (embeddings, overrides, isolates) and the line and paragraph
+/// separators: refused in names (contract §5), a right-to-left override makes
+/// `facture\u{202E}fdp.exe` display as `factureexe.pdf`.
+pub fn is_invisible_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+}
 
 /// PHP's `basename()` on Linux: trailing `/` removed, then the last `/`-separated segment.
 fn php_basename(raw: &[u8]) -> &[u8] {
@@ -71,6 +85,9 @@ impl Name {
         // C0 controls (NUL, LF, CR…), DEL and the C1 controls.
         if s.chars().any(char::is_control) {
             return Err(NameError::ControlCharacter);
+        }
+        if s.chars().any(is_invisible_control) {
+            return Err(NameError::InvisibleControl);
         }
         if s.len() > MAX_NAME_BYTES {
             return Err(NameError::TooLong);
@@ -198,6 +215,27 @@ mod tests {
             (b"a\x7fb", Err(NameError::ControlCharacter)),
             (b"a\tb", Err(NameError::ControlCharacter)),
             ("a\u{85}b".as_bytes(), Err(NameError::ControlCharacter)),
+            (
+                "facture\u{202E}fdp.exe".as_bytes(),
+                Err(NameError::InvisibleControl),
+            ),
+            ("a\u{202A}b".as_bytes(), Err(NameError::InvisibleControl)),
+            ("a\u{202B}b".as_bytes(), Err(NameError::InvisibleControl)),
+            ("a\u{202C}b".as_bytes(), Err(NameError::InvisibleControl)),
+            ("a\u{202D}b".as_bytes(), Err(NameError::InvisibleControl)),
+            ("\u{2066}x".as_bytes(), Err(NameError::InvisibleControl)),
+            ("\u{2067}x".as_bytes(), Err(NameError::InvisibleControl)),
+            ("\u{2068}x".as_bytes(), Err(NameError::InvisibleControl)),
+            ("x\u{2069}".as_bytes(), Err(NameError::InvisibleControl)),
+            ("a\u{2028}b".as_bytes(), Err(NameError::InvisibleControl)),
+            ("a\u{2029}b".as_bytes(), Err(NameError::InvisibleControl)),
+            ("../\u{202E}".as_bytes(), Err(NameError::InvisibleControl)),
+            // Their neighbours stay ordinary characters.
+            ("a\u{2027}b".as_bytes(), Ok("a\u{2027}b")),
+            ("a\u{202F}b".as_bytes(), Ok("a\u{202F}b")),
+            ("a\u{2065}b".as_bytes(), Ok("a\u{2065}b")),
+            ("a\u{206A}b".as_bytes(), Ok("a\u{206A}b")),
+            ("عربي.txt".as_bytes(), Ok("عربي.txt")),
             (long.as_bytes(), Err(NameError::TooLong)),
             (b"\xff\xfe.txt", Err(NameError::InvalidUtf8)),
             (b"caf\xc3", Err(NameError::InvalidUtf8)),

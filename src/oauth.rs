@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use crate::config::Config;
 use crate::http::Response;
 use crate::log::Log;
-use crate::log::redact;
+use crate::log::{quoted, redact};
 use crate::metadata::path_suffixed_url;
 
 /// Token types an access token may announce in the introspection answer (case-insensitive).
@@ -239,7 +239,8 @@ pub fn check_introspection(
         });
         if !ok {
             return Err(AuthError::InvalidToken(format!(
-                "token_type {tt} n'est pas un access token"
+                "token_type {} n'est pas un access token",
+                quoted(tt.to_string())
             )));
         }
     }
@@ -251,7 +252,10 @@ pub fn check_introspection(
         }
         Some(Value::String(a)) => {
             if !audience_matches(a, &cfg.mcp_resource_url) {
-                return Err(AuthError::InvalidToken(format!("aud étranger « {a} »")));
+                return Err(AuthError::InvalidToken(format!(
+                    "aud étranger « {} »",
+                    quoted(a)
+                )));
             }
         }
         Some(Value::Array(list)) => {
@@ -264,7 +268,10 @@ pub fn check_introspection(
             }
         }
         Some(other) => {
-            return Err(AuthError::InvalidToken(format!("aud illisible ({other})")));
+            return Err(AuthError::InvalidToken(format!(
+                "aud illisible ({})",
+                quoted(other.to_string())
+            )));
         }
     }
     let scope = answer.get("scope").and_then(Value::as_str);
@@ -274,7 +281,7 @@ pub fn check_introspection(
             return Err(AuthError::InsufficientScope(format!(
                 "« {} » requis, accordé : « {} »",
                 cfg.oauth_scope_requis,
-                scope.unwrap_or("")
+                quoted(scope.unwrap_or(""))
             )));
         }
     }

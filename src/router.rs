@@ -1,6 +1,7 @@
 //! The per-process application state and the dispatch of a request to its endpoint (contract §2).
 
 use crate::config::Config;
+use crate::folders::{self, FolderError};
 use crate::http::{Request, Response};
 use crate::log::Log;
 use crate::store::Store;
@@ -14,15 +15,36 @@ pub struct App {
 }
 
 impl App {
-    /// Opens the store and the log (creating their folders 0700).
+    /// Opens the store and the log, checking their folders (see [`crate::folders`]): created
+    /// 0700 when missing, tightened to 0700 when writable by others (said in the log and on
+    /// stderr), refused when a symbolic link or another user's.
     pub fn new(cfg: Config) -> std::io::Result<App> {
-        let store = Store::open(&cfg)?;
-        let log = Log::open(
+        let mut notes = Vec::new();
+        let store = Store::open(&cfg, &mut notes)?;
+        // A log folder that is refused stops the process; one that merely cannot be opened
+        // (read-only, permissions) does not: a log that cannot be written never stops a request.
+        let log_dir = match folders::open_private(&cfg.dossier_log) {
+            Ok(o) => {
+                notes.extend(o.note(&cfg.dossier_log));
+                Some(o.fd)
+            }
+            Err(e @ FolderError::Refused(_)) => return Err(e.into()),
+            Err(FolderError::Io(e)) => {
+                eprintln!("depot-fichiers : dossier de journal inutilisable : {e}");
+                None
+            }
+        };
+        let log = Log::in_dir(
+            log_dir,
             &cfg.dossier_log,
             cfg.debug,
             cfg.taille_max_log_octets,
             cfg.nombre_logs_conserves,
         );
+        for note in notes {
+            eprintln!("depot-fichiers : {note}");
+            log.line(&format!("démarrage — {note}"));
+        }
         Ok(App { cfg, store, log })
     }
 }

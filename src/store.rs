@@ -16,23 +16,26 @@
 //!   `.part` locks under the exclusive one: a live writer's file is never removed, a dead writer's
 //!   file always is (the kernel drops a flock when its process dies);
 //! - a file being sent is an open descriptor: unlinking it does not cut the transfer.
+//!
+//! Trust: the root, `.meta` and `.tmp` are checked and opened once per process (see
+//! [`crate::folders`]) and every file operation goes through those descriptors with
+//! `O_NOFOLLOW`: a folder or a file of the store swapped for a symbolic link later can neither
+//! redirect a write nor a deletion. Only [`Store::file_path`] (for `X-Sendfile`) is a path.
 
 use std::collections::HashSet;
-use std::ffi::OsStr;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, StatxFlags};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
-use crate::log::create_private_dir;
+use crate::folders;
 use crate::names::Name;
 
 const META: &str = ".meta";
@@ -112,6 +115,12 @@ impl std::fmt::Display for StoreError {
     }
 }
 
+impl From<rustix::io::Errno> for StoreError {
+    fn from(e: rustix::io::Errno) -> Self {
+        io::Error::from(e).into()
+    }
+}
+
 impl From<io::Error> for StoreError {
     fn from(e: io::Error) -> Self {
         match e.raw_os_error() {
@@ -171,6 +180,10 @@ pub struct Published {
 /// A handle on the store of one configuration.
 pub struct Store {
     root: PathBuf,
+    /// The root, `.meta` and `.tmp`, opened once and checked (see [`crate::folders`]).
+    root_fd: OwnedFd,
+    meta_fd: OwnedFd,
+    tmp_fd: OwnedFd,
     max_age: i64,
     max_idle: i64,
     sweep_interval: Duration,
@@ -201,14 +214,21 @@ enum Verdict {
 }
 
 impl Store {
-    /// Creates the folders (0700) if missing.
-    pub fn open(cfg: &Config) -> io::Result<Store> {
+    /// Opens and checks the folders, creating them (0700) if missing; a folder that had to be
+    /// tightened adds a line to `notes`.
+    pub fn open(cfg: &Config, notes: &mut Vec<String>) -> io::Result<Store> {
         let root = cfg.dossier_fichiers.clone();
-        for dir in [root.clone(), root.join(META), root.join(TMP)] {
-            create_private_dir(&dir)?;
-        }
+        let root_dir = folders::open_private(&root)?;
+        notes.extend(root_dir.note(&root));
+        let meta = folders::open_private_at(&root_dir.fd, META, &root.join(META))?;
+        notes.extend(meta.note(&root.join(META)));
+        let tmp = folders::open_private_at(&root_dir.fd, TMP, &root.join(TMP))?;
+        notes.extend(tmp.note(&root.join(TMP)));
         Ok(Store {
             root,
+            root_fd: root_dir.fd,
+            meta_fd: meta.fd,
+            tmp_fd: tmp.fd,
             max_age: cfg.duree_max_depot_secondes as i64,
             max_idle: cfg.duree_inactivite_secondes as i64,
             sweep_interval: Duration::from_millis(cfg.balayage_intervalle_min_ms),
@@ -226,35 +246,21 @@ impl Store {
         self.root.join(name.as_str())
     }
 
-    fn sidecar_path(&self, name: &Name) -> PathBuf {
-        self.root.join(META).join(name.sidecar_file_name())
+    /// Opens (creating it 0600 if missing) a file of `.tmp`, never through a symbolic link.
+    fn open_tmp_file(&self, name: &str) -> io::Result<File> {
+        open_at(&self.tmp_fd, name, OFlags::RDWR | OFlags::CREATE)
     }
 
-    fn tmp_path(&self, file: &str) -> PathBuf {
-        self.root.join(TMP).join(file)
-    }
-
-    /// Opens the store lock file (created on first use).
+    /// Opens the store lock file (created on first use). Every call is a new open file
+    /// description, so two requests of one process exclude each other like two processes.
     fn lock_file(&self) -> io::Result<File> {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(self.tmp_path(LOCK_FILE))
+        self.open_tmp_file(LOCK_FILE)
     }
 
     /// The sweep every request begins with: a full sweep unless another process finished one less
     /// than `balayage_intervalle_min_ms` ago or is running one now.
     pub fn sweep(&self) -> io::Result<SweepReport> {
-        let marker = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(self.tmp_path(SWEEP_MARKER))?;
+        let marker = self.open_tmp_file(SWEEP_MARKER)?;
         let m = marker.metadata()?;
         if !self.sweep_interval.is_zero() {
             // An empty marker was never stamped by a sweep; a marker in the future (clock set
@@ -293,9 +299,11 @@ impl Store {
     /// [`FORCED_SCAN_SECS`] to catch the leftovers of a process killed in the middle of a removal.
     pub fn sweep_now(&self) -> io::Result<SweepReport> {
         let now = now_secs();
-        if let Ok(m) = std::fs::metadata(self.tmp_path(DEADLINE_MARKER)) {
-            let scanned_ago = now - m.atime();
-            if now <= m.mtime() && (0..FORCED_SCAN_SECS).contains(&scanned_ago) {
+        if let Ok(m) = rustix::fs::statat(&self.tmp_fd, DEADLINE_MARKER, AtFlags::SYMLINK_NOFOLLOW)
+            && FileType::from_raw_mode(m.st_mode) == FileType::RegularFile
+        {
+            let scanned_ago = now - m.st_atime;
+            if now <= m.st_mtime && (0..FORCED_SCAN_SECS).contains(&scanned_ago) {
                 let removed_temporaries = self.remove_dead_temporaries(false)?;
                 return Ok(SweepReport {
                     full: true,
@@ -318,10 +326,9 @@ impl Store {
         // Files published after this scan started expire no sooner than this (1 s of slack for
         // whole-second rounding).
         let mut next_deadline = now - 1 + self.max_age.min(self.max_idle);
-        let root_fd = open_dir(&self.root)?;
-        let meta_fd = open_dir(&self.root.join(META))?;
-        let files = list_names(&root_fd, true)?;
-        let sidecars: HashSet<Vec<u8>> = list_names(&meta_fd, false)?
+        let root_fd = &self.root_fd;
+        let files = list_names(root_fd, true)?;
+        let sidecars: HashSet<Vec<u8>> = list_names(&self.meta_fd, false)?
             .into_iter()
             .filter_map(|n| n.strip_suffix(b".json").map(<[u8]>::to_vec))
             .collect();
@@ -333,7 +340,7 @@ impl Store {
                 continue; // never created by us
             };
             let Ok(st) = rustix::fs::statx(
-                &root_fd,
+                root_fd,
                 raw.as_slice(),
                 AtFlags::SYMLINK_NOFOLLOW,
                 StatxFlags::MTIME | StatxFlags::BTIME,
@@ -398,13 +405,11 @@ impl Store {
         let times = std::fs::FileTimes::new()
             .set_accessed(at(scanned_at))
             .set_modified(at(next_deadline));
-        let marker = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(self.tmp_path(DEADLINE_MARKER));
-        if let Ok(m) = marker {
+        if let Ok(m) = open_at(
+            &self.tmp_fd,
+            DEADLINE_MARKER,
+            OFlags::WRONLY | OFlags::CREATE,
+        ) {
             let _ = m.set_times(times);
         }
     }
@@ -412,20 +417,22 @@ impl Store {
     /// The exact verdict on `name`; call with the store lock held. Also says whether the sidecar
     /// and the file were there.
     fn verdict(&self, name: &Name, now: i64) -> (Verdict, bool, bool) {
-        let file_meta = std::fs::symlink_metadata(self.file_path(name)).ok();
-        let sidecar_path = self.sidecar_path(name);
-        let sidecar_meta = std::fs::symlink_metadata(&sidecar_path).ok();
+        let nofollow = AtFlags::SYMLINK_NOFOLLOW;
+        let file_meta = rustix::fs::statat(&self.root_fd, name.as_str(), nofollow).ok();
+        let sidecar_name = name.sidecar_file_name();
+        let sidecar_meta = rustix::fs::statat(&self.meta_fd, sidecar_name.as_str(), nofollow).ok();
         match (file_meta, sidecar_meta) {
             (None, None) => (Verdict::Absent, false, false),
-            (Some(f), None) => (self.orphan_verdict(f.mtime(), now), false, true),
-            (None, Some(s)) => (self.orphan_verdict(s.mtime(), now), true, false),
+            (Some(f), None) => (self.orphan_verdict(f.st_mtime, now), false, true),
+            (None, Some(s)) => (self.orphan_verdict(s.st_mtime, now), true, false),
             (Some(f), Some(_)) => {
-                let v = match read_sidecar(&sidecar_path) {
-                    Some(sc) if sc.matches(f.size(), f.ino()) && f.is_file() => {
-                        if self.expired(&sc, f.mtime(), now) {
+                let is_file = FileType::from_raw_mode(f.st_mode) == FileType::RegularFile;
+                let v = match self.read_sidecar(name) {
+                    Some(sc) if sc.matches(f.st_size as u64, f.st_ino) && is_file => {
+                        if self.expired(&sc, f.st_mtime, now) {
                             Verdict::Remove
                         } else {
-                            Verdict::Live(self.deadline(sc.depot_timestamp, f.mtime()))
+                            Verdict::Live(self.deadline(sc.depot_timestamp, f.st_mtime))
                         }
                     }
                     // Unreadable sidecar, or the sidecar of another version (a writer killed
@@ -459,16 +466,23 @@ impl Store {
 
     /// Unlinks a name's sidecar and file (store lock held).
     fn remove_pair(&self, name: &Name) {
-        let _ = std::fs::remove_file(self.sidecar_path(name));
-        let _ = std::fs::remove_file(self.file_path(name));
+        let _ = rustix::fs::unlinkat(&self.meta_fd, name.sidecar_file_name(), AtFlags::empty());
+        let _ = rustix::fs::unlinkat(&self.root_fd, name.as_str(), AtFlags::empty());
+    }
+
+    /// Reads and parses a sidecar (small: refuses anything over 4 KiB).
+    fn read_sidecar(&self, name: &Name) -> Option<Sidecar> {
+        let f = open_at(&self.meta_fd, name.sidecar_file_name(), OFlags::RDONLY).ok()?;
+        let mut buf = Vec::with_capacity(256);
+        f.take(4096).read_to_end(&mut buf).ok()?;
+        serde_json::from_slice(&buf).ok()
     }
 
     /// Removes the `.part` files whose writer is gone. `locked`: the caller holds the store lock
     /// exclusively; otherwise it is taken here, and only if there is a `.part` to probe.
     fn remove_dead_temporaries(&self, locked: bool) -> io::Result<Vec<String>> {
-        let tmp_fd = open_dir(&self.root.join(TMP))?;
         let mut removed = Vec::new();
-        let parts: Vec<Vec<u8>> = list_names(&tmp_fd, true)?
+        let parts: Vec<Vec<u8>> = list_names(&self.tmp_fd, true)?
             .into_iter()
             .filter(|n| n.ends_with(PART_SUFFIX.as_bytes()))
             .collect();
@@ -483,18 +497,13 @@ impl Store {
             Some(l)
         };
         for raw in parts {
-            let path = self.root.join(TMP).join(OsStr::from_bytes(&raw));
-            let Ok(f) = OpenOptions::new()
-                .read(true)
-                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                .open(&path)
-            else {
+            let Ok(f) = open_at(&self.tmp_fd, raw.as_slice(), OFlags::RDONLY) else {
                 continue;
             };
             // Writers create and lock their file under the shared store lock, which we hold
             // exclusively: an unlocked `.part` here has no living writer.
             if f.try_lock().is_ok() {
-                if std::fs::remove_file(&path).is_ok() {
+                if rustix::fs::unlinkat(&self.tmp_fd, raw.as_slice(), AtFlags::empty()).is_ok() {
                     removed.push(String::from_utf8_lossy(&raw).into_owned());
                 }
                 let _ = f.unlock();
@@ -512,16 +521,12 @@ impl Store {
         let lock = self.lock_file()?;
         lock.lock_shared()?;
         let now = now_secs();
-        let file = match OpenOptions::new()
-            .read(true)
-            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
-            .open(self.file_path(name))
-        {
+        let file = match open_at(&self.root_fd, name.as_str(), OFlags::RDONLY) {
             Ok(f) => Some(f),
             Err(e) if is_absent(&e) => None,
             Err(e) => return Err(StoreError::Io(e)),
         };
-        let sidecar = read_sidecar(&self.sidecar_path(name));
+        let sidecar = self.read_sidecar(name);
         let found = match (file, sidecar) {
             (Some(file), Some(sc)) => {
                 let m = file.metadata()?;
@@ -559,26 +564,19 @@ impl Store {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let lock = self.lock_file()?;
         lock.lock_shared()?;
-        let result = (|| -> io::Result<(File, PathBuf)> {
+        let result = (|| -> io::Result<(File, String)> {
             loop {
                 let nanos = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map(|d| d.as_nanos())
                     .unwrap_or(0);
                 let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-                let path = self.tmp_path(&format!(
-                    "{}-{nanos:x}-{n}{PART_SUFFIX}",
-                    std::process::id()
-                ));
-                match OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&path)
-                {
+                let part = format!("{}-{nanos:x}-{n}{PART_SUFFIX}", std::process::id());
+                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
+                match open_at(&self.tmp_fd, &part, flags) {
                     Ok(f) => {
                         f.lock()?;
-                        return Ok((f, path));
+                        return Ok((f, part));
                     }
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                     Err(e) => return Err(e),
@@ -586,29 +584,28 @@ impl Store {
             }
         })();
         let _ = lock.unlock();
-        let (file, path) = result?;
+        let (file, part) = result?;
         Ok(Upload {
             file: Some(file),
-            part: path,
+            tmp_fd: self.tmp_fd.try_clone()?,
+            part,
             written: 0,
             hasher: Sha256::new(),
-            store_root: self.root.clone(),
             max_file: self.max_file,
             capacity: self.capacity,
-            lock_path: self.tmp_path(LOCK_FILE),
         })
     }
 
     /// Bytes of stored files, not counting `except` (the version an upload replaces) nor sidecars.
     fn stored_bytes(&self, except: &Name) -> io::Result<u64> {
-        let root_fd = open_dir(&self.root)?;
+        let root_fd = &self.root_fd;
         let mut total = 0u64;
-        for raw in list_names(&root_fd, true)? {
+        for raw in list_names(root_fd, true)? {
             if raw == except.as_str().as_bytes() {
                 continue;
             }
             if let Ok(st) = rustix::fs::statx(
-                &root_fd,
+                root_fd,
                 raw.as_slice(),
                 AtFlags::SYMLINK_NOFOLLOW,
                 StatxFlags::SIZE,
@@ -625,24 +622,12 @@ fn is_absent(e: &io::Error) -> bool {
         || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
 }
 
-/// Reads and parses a sidecar (small: refuses anything over 4 KiB).
-fn read_sidecar(path: &Path) -> Option<Sidecar> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
-        .open(path)
-        .ok()?;
-    let mut buf = Vec::with_capacity(256);
-    f.take(4096).read_to_end(&mut buf).ok()?;
-    serde_json::from_slice(&buf).ok()
-}
-
-fn open_dir(path: &Path) -> io::Result<OwnedFd> {
-    Ok(rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?)
+/// Opens `name` inside the folder `dir` with `flags`, never through a symbolic link (ELOOP);
+/// a file it creates gets mode 0600.
+fn open_at(dir: &OwnedFd, name: impl rustix::path::Arg, flags: OFlags) -> io::Result<File> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(fd))
 }
 
 /// The names in a directory, without `.`/`..`; `skip_dot_entries` also skips the store's own
@@ -667,13 +652,14 @@ fn list_names(dir: &OwnedFd, skip_store_entries: bool) -> io::Result<Vec<Vec<u8>
 /// An upload being written; dropping it unpublished removes the temporary file.
 pub struct Upload {
     file: Option<File>,
-    part: PathBuf,
+    /// The store's `.tmp` (a duplicate of its descriptor), where `part` lives.
+    tmp_fd: OwnedFd,
+    /// The temporary's name in `.tmp`; empty once published.
+    part: String,
     written: u64,
     hasher: Sha256,
-    store_root: PathBuf,
     max_file: u64,
     capacity: u64,
-    lock_path: PathBuf,
 }
 
 impl Upload {
@@ -724,38 +710,29 @@ impl Upload {
                 .map(|d| d.subsec_nanos()),
         };
         // The sidecar is written under its own temporary name, then renamed too.
-        let sc_part = PathBuf::from(format!(
+        let sc_part = format!(
             "{}.meta{PART_SUFFIX}",
-            self.part
-                .display()
-                .to_string()
-                .trim_end_matches(PART_SUFFIX)
-        ));
+            self.part.trim_end_matches(PART_SUFFIX)
+        );
         let result = (|| -> Result<(), StoreError> {
             // Created and locked under the shared store lock, like the data file (see
             // `begin_upload`): a sweep probes `.part` locks under the exclusive lock, so it can
             // never catch this file between its creation and its lock.
             let store_lock = store.lock_file()?;
             store_lock.lock_shared()?;
-            let created = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&sc_part)
-                .and_then(|f| f.lock().map(|()| f));
+            let created = open_at(
+                &self.tmp_fd,
+                &sc_part,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            )
+            .and_then(|f| f.lock().map(|()| f));
             let _ = store_lock.unlock();
             // Held (open, hence locked) until the end of the renames, like the data file: the
             // sweep leaves it alone while we live.
             let mut sc = created?;
             sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
             sc.sync_all()?;
-            let lock = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(&self.lock_path)?;
+            let lock = store.lock_file()?;
             lock.lock()?;
             let inner = (|| -> Result<(), StoreError> {
                 if self.capacity > 0 {
@@ -768,9 +745,10 @@ impl Upload {
                     }
                 }
                 pause_point("avant-renommage");
-                std::fs::rename(&sc_part, store.sidecar_path(name))?;
+                let sc_name = name.sidecar_file_name();
+                rustix::fs::renameat(&self.tmp_fd, &sc_part, &store.meta_fd, &sc_name)?;
                 pause_point("entre-renommages");
-                std::fs::rename(&self.part, store.file_path(name))?;
+                rustix::fs::renameat(&self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
                 pause_point("apres-renommage");
                 Ok(())
             })();
@@ -779,17 +757,15 @@ impl Upload {
             inner
         })();
         if let Err(e) = result {
-            let _ = std::fs::remove_file(&sc_part);
+            let _ = rustix::fs::unlinkat(&self.tmp_fd, &sc_part, AtFlags::empty());
             // `self` drops here and removes the data `.part`.
             return Err(e);
         }
         // The renames are done: nothing left to clean up.
-        self.part = PathBuf::new();
+        self.part.clear();
         drop(file);
-        for dir in [self.store_root.clone(), self.store_root.join(META)] {
-            if let Ok(d) = File::open(&dir) {
-                let _ = d.sync_all();
-            }
+        for dir in [&store.root_fd, &store.meta_fd] {
+            let _ = rustix::fs::fsync(dir);
         }
         let digest = std::mem::take(&mut self.hasher).finalize();
         Ok(Published {
@@ -801,8 +777,8 @@ impl Upload {
 
 impl Drop for Upload {
     fn drop(&mut self) {
-        if !self.part.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.part);
+        if !self.part.is_empty() {
+            let _ = rustix::fs::unlinkat(&self.tmp_fd, &self.part, AtFlags::empty());
         }
     }
 }
@@ -820,7 +796,7 @@ mod tests {
                 .replace("/srv/depot/log", &dir.join("log").display().to_string())
         );
         let cfg = config::parse(&text).unwrap();
-        let store = Store::open(&cfg).unwrap();
+        let store = Store::open(&cfg, &mut Vec::new()).unwrap();
         (cfg, store)
     }
 

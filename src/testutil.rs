@@ -16,9 +16,11 @@ pub const TOKEN_ACCES: &str = "0123456789abcdef0123456789abcdef";
 /// A configuration rooted in `dir`, introspecting at `introspection_url`, with `extra` TOML lines.
 ///
 /// For the secrets audit, `dir/log` is a symbolic link to a folder of `target/audit-secrets/`
-/// (kept after the test), and the secrets used by the tests are registered.
+/// (kept after the test), and the secrets used by the tests are registered. The configuration
+/// names the link's target: the program refuses a log folder that is a symbolic link.
 pub fn config(dir: &Path, introspection_url: &str, extra: &str) -> Config {
     audit_secrets(dir);
+    let log = std::fs::canonicalize(dir.join("log")).unwrap_or_else(|_| dir.join("log"));
     let text = format!(
         r#"
 token_acces = "{TOKEN_ACCES}"
@@ -33,7 +35,7 @@ oauth_delai_max_secondes = 1.0
 {extra}
 "#,
         files = dir.join("files").display(),
-        log = dir.join("log").display(),
+        log = log.display(),
         id = introspection::CLIENT_ID,
         secret = introspection::CLIENT_SECRET,
     );

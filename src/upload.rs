@@ -33,7 +33,8 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         Ok((name, published)) => {
             app.log.line(&format!(
                 "POST /upload.php — dépôt \"{}\" ({} octets) — OK",
-                name, published.sidecar.taille_octets
+                crate::log::quoted(name.as_str()),
+                published.sidecar.taille_octets
             ));
             success(app, &name, &published)
         }

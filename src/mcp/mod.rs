@@ -190,7 +190,8 @@ pub fn store_source<'a>(
         }
         if let Err(e) = found.touch() {
             app.log.line(&format!(
-                "MCP tools/call recuperer_fichier — \"{name}\" — mise à jour du mtime impossible : {e} — ERREUR"
+                "MCP tools/call recuperer_fichier — \"{}\" — mise à jour du mtime impossible : {e} — ERREUR",
+                crate::log::quoted(name.as_str())
             ));
         }
         let upload = UploadId::of(&found.sidecar, found.ino);
@@ -219,8 +220,8 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         && !origin_allowed(cfg, origin)
     {
         app.log.line(&format!(
-            "POST /mcp.php — origine non autorisée {:?} — REFUSÉ",
-            origin.chars().take(100).collect::<String>()
+            "POST /mcp.php — origine non autorisée \"{}\" — REFUSÉ",
+            crate::log::quoted(origin.chars().take(100).collect::<String>())
         ));
         return rpc_error_response(
             &RpcError::new(-32600, "Forbidden: origine (Origin) non autorisée").with_status(403),

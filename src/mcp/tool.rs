@@ -7,6 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::liens::{UploadId, download_url};
+use crate::log::quoted;
 use crate::names::Name;
 
 use super::protocol::{RpcError, Version};
@@ -202,7 +203,11 @@ pub fn call(
     let mode = match mode {
         Ok(m) => m,
         Err(bad) => {
-            let line = format!("{} — mode invalide {bad} — REFUSÉ", label(None));
+            let line = format!(
+                "{} — mode invalide \"{}\" — REFUSÉ",
+                label(None),
+                quoted(bad.trim_matches('"'))
+            );
             return shape(
                 version,
                 Failure::InvalidArguments(format!(
@@ -230,9 +235,9 @@ pub fn call(
         Ok(n) => n,
         Err(e) => {
             let line = format!(
-                "{} — nom invalide {:?} ({e}) — REFUSÉ",
+                "{} — nom invalide \"{}\" ({e}) — REFUSÉ",
                 label(Some(mode)),
-                raw.chars().take(80).collect::<String>()
+                quoted(raw.chars().take(80).collect::<String>())
             );
             return shape(
                 version,
@@ -241,7 +246,7 @@ pub fn call(
             );
         }
     };
-    let head = format!("{} — \"{}\"", label(Some(mode)), name);
+    let head = format!("{} — \"{}\"", label(Some(mode)), quoted(name.as_str()));
     match files(&name, mode) {
         FileOutcome::Missing => shape(
             version,

@@ -1,0 +1,251 @@
+//! The store's folders are not trusted as found (review of issue 9, item 5), through the real
+//! binary behind a private Apache: a folder writable by others is tightened to 0700, a folder
+//! replaced by a symbolic link is refused at start-up and by `check-config`, and a long-lived
+//! `--listen` process whose folders or files are swapped for symbolic links afterwards neither
+//! writes nor deletes anything outside the store.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, SystemTime};
+
+use common::apache::{Apache, Mode};
+use common::{State, as_run_user, curl, local_file, upload};
+
+/// `depot-fichiers --config … <args>` run as the servers' user.
+fn run(state: &State, args: &[&str]) -> Output {
+    let mut c = as_run_user(state, &state.bin().display().to_string());
+    c.arg("--config").arg(state.config()).args(args);
+    c.output().expect("depot-fichiers")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Gives `p` to the owner of the store (the servers' user), so that the binary could write it.
+fn give_to_store_owner(state: &State, p: &Path) {
+    let m = fs::metadata(state.files()).unwrap();
+    std::os::unix::fs::chown(p, Some(m.uid()), Some(m.gid())).unwrap();
+}
+
+/// A folder outside the store, the servers' user's, holding `notes.json`, two hours old: what
+/// the review's sweep deleted as an "orphan" sidecar.
+fn foreign_folder(state: &State) -> std::path::PathBuf {
+    let foreign = state.root.join("etranger");
+    fs::create_dir(&foreign).unwrap();
+    let notes = foreign.join("notes.json");
+    fs::write(&notes, b"{\"a\":1}").unwrap();
+    set_age(&notes, 7200);
+    give_to_store_owner(state, &notes);
+    give_to_store_owner(state, &foreign);
+    fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
+    foreign
+}
+
+fn set_age(p: &Path, secs: u64) {
+    let f = fs::File::options().write(true).open(p).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(secs))
+        .unwrap();
+}
+
+fn download_url(state: &State, name: &str) -> String {
+    format!(
+        "{}/download.php?fichier={name}&token={}",
+        state.url, state.token
+    )
+}
+
+#[test]
+fn a_store_writable_by_others_is_reported_then_tightened_to_0700() {
+    let a = Apache::start();
+    let s = &a.state;
+    let meta = s.meta();
+    fs::create_dir(&meta).unwrap();
+    give_to_store_owner(s, &meta);
+    for d in [s.files(), meta.clone(), s.log_dir()] {
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+    }
+
+    // check-config says so (and changes nothing): a warning, not a refusal.
+    let o = run(s, &["check-config"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for (key, path) in [
+        ("dossier_fichiers", s.files()),
+        ("dossier_fichiers", meta.clone()),
+        ("dossier_log", s.log_dir()),
+    ] {
+        let want = format!("# attention : {key} {} est en mode 0777", path.display());
+        assert!(out.contains(&want), "{want}\n{out}");
+    }
+    assert_eq!(mode(&s.files()), 0o777);
+
+    // The first process (mod_fcgid starts it on the first request) tightens them.
+    let (_d, p) = local_file("a.txt", b"abc");
+    let r = upload(s, &p);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), s.logs());
+    for d in [s.files(), meta, s.files().join(".tmp"), s.log_dir()] {
+        assert_eq!(mode(&d), 0o700, "{}", d.display());
+    }
+    let log = fs::read_to_string(s.log_file()).unwrap();
+    assert!(
+        log.contains(&format!(
+            "le dossier {} était en mode 0777 (modifiable par le groupe ou les autres) : resserré en 0700",
+            s.files().display()
+        )),
+        "{log}"
+    );
+    let o = run(s, &["check-config"]);
+    assert!(!text(&o).contains("# attention : dossier_"), "{}", text(&o));
+}
+
+#[test]
+fn a_meta_folder_that_is_a_symlink_is_refused_at_start_and_by_check_config() {
+    let a = Apache::start();
+    let s = &a.state;
+    let foreign = foreign_folder(s);
+    std::os::unix::fs::symlink(&foreign, s.meta()).unwrap();
+
+    let o = run(s, &["check-config"]);
+    let out = text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains(&format!(
+            "# erreur : dossier_fichiers : le dossier {} est un lien symbolique",
+            s.meta().display()
+        )),
+        "{out}"
+    );
+
+    // The review's attack: `depot-fichiers sweep` deleted the foreign two-hour-old file.
+    let o = run(s, &["sweep"]);
+    let out = text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(out.contains("lien symbolique"), "{out}");
+    assert!(out.contains(".meta"), "{out}");
+
+    // A request: the process refuses to start, nothing is written there.
+    let (_d, p) = local_file("b.txt", b"abc");
+    let r = upload(s, &p);
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(common::entries(&foreign), ["notes.json"]);
+    assert!(!s.files().join("b.txt").exists());
+    let errors = fs::read_to_string(a.error_log()).unwrap_or_default()
+        + &fs::read_to_string(s.log_dir().join("apache.out")).unwrap_or_default();
+    assert!(errors.contains("est un lien symbolique"), "{errors}");
+}
+
+#[test]
+fn a_meta_folder_swapped_for_a_symlink_after_start_redirects_nothing() {
+    let a = Apache::with(Mode::ProxyFcgi, &[("balayage_intervalle_min_ms", "0")]);
+    let s = &a.state;
+    let (_d, p) = local_file("avant.txt", b"avant");
+    assert_eq!(upload(s, &p).status, 200, "{}", s.logs());
+
+    // The long-lived process is running; .meta is swapped for a link to a foreign folder.
+    let foreign = foreign_folder(s);
+    let kept = s.files().join(".meta-vraie");
+    fs::rename(s.meta(), &kept).unwrap();
+    std::os::unix::fs::symlink(&foreign, s.meta()).unwrap();
+
+    let (_d2, p) = local_file("apres.txt", b"apres");
+    let r = upload(s, &p);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), s.logs());
+    // The sidecar went to the folder the process opened at start, not through the link.
+    assert_eq!(common::entries(&foreign), ["notes.json"]);
+    assert!(kept.join("apres.txt.json").exists());
+    // Downloads still work, and their sweeps (balayage_intervalle_min_ms = 0; without the
+    // deadline marker each one reads the whole store) delete nothing.
+    for name in ["apres.txt", "avant.txt"] {
+        fs::remove_file(s.files().join(".tmp/echeance")).unwrap();
+        let r = curl(&[&download_url(s, name)]);
+        assert_eq!(r.status, 200, "{name}: {}", r.text());
+    }
+    assert_eq!(common::entries(&foreign), ["notes.json"]);
+    assert!(
+        s.files().join(".tmp/echeance").exists(),
+        "no full sweep ran"
+    );
+
+    // A new process (the command-line sweep) refuses the link and deletes nothing.
+    let o = run(s, &["sweep"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("lien symbolique"), "{}", text(&o));
+    assert_eq!(common::entries(&foreign), ["notes.json"]);
+}
+
+#[test]
+fn lock_markers_and_log_swapped_for_symlinks_leave_the_foreign_file_alone() {
+    let a = Apache::with(Mode::ProxyFcgi, &[("balayage_intervalle_min_ms", "0")]);
+    let s = &a.state;
+    let (_d, p) = local_file("a.txt", b"abc");
+    assert_eq!(upload(s, &p).status, 200, "{}", s.logs());
+    assert_eq!(curl(&[&download_url(s, "a.txt")]).status, 200);
+
+    let victim = s.root.join("victime.txt");
+    fs::write(&victim, b"intact\n").unwrap();
+    give_to_store_owner(s, &victim);
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    set_age(&victim, 7200);
+    let before = fs::metadata(&victim).unwrap().mtime();
+
+    let tmp = s.files().join(".tmp");
+    for swapped in [
+        tmp.join("verrou"),
+        tmp.join("balayage"),
+        tmp.join("echeance"),
+        s.log_file(),
+    ] {
+        assert!(swapped.exists(), "{}", swapped.display());
+        fs::remove_file(&swapped).unwrap();
+        std::os::unix::fs::symlink(&victim, &swapped).unwrap();
+        let (_d, p) = local_file("b.txt", b"nouveau");
+        let up = upload(s, &p);
+        let down = curl(&[&download_url(s, "a.txt")]);
+        // Only the store lock is needed to serve: without it the request fails, cleanly.
+        let want = if swapped.ends_with("verrou") {
+            500
+        } else {
+            200
+        };
+        assert_eq!(
+            (up.status, down.status),
+            (want, want),
+            "{}: {}",
+            swapped.display(),
+            up.text()
+        );
+        assert_eq!(
+            fs::read(&victim).unwrap(),
+            b"intact\n",
+            "{}",
+            swapped.display()
+        );
+        let m = fs::metadata(&victim).unwrap();
+        assert_eq!(m.mtime(), before, "{} changed the mtime", swapped.display());
+        assert_eq!(m.len(), 7);
+        // Still a link: the program did not replace it either.
+        assert!(fs::symlink_metadata(&swapped).unwrap().is_symlink());
+        fs::remove_file(&swapped).unwrap();
+    }
+    // Everything is recreated once the links are gone.
+    let (_d, p) = local_file("c.txt", b"fin");
+    assert_eq!(upload(s, &p).status, 200, "{}", s.logs());
+    assert!(
+        fs::read_to_string(s.log_file())
+            .unwrap()
+            .contains("\"c.txt\"")
+    );
+}

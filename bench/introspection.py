@@ -54,6 +54,9 @@ class Introspection(BaseHTTPRequestHandler):
 
 class Serveur(ThreadingHTTPServer):
     daemon_threads = True
+    # File d'attente de 5 par défaut : sous 8 connexions × 20 processus, un SYN refusé est réémis
+    # au bout de 1 s, et cette seconde ressemblerait à l'attente de mod_fcgid.
+    request_queue_size = 128
 
     def handle_error(self, request, client_address):
         pass  # un client (processus depot-fichiers) qui s'en va n'est pas une erreur

@@ -6,6 +6,10 @@ répond « actif » à tout token, avec l'audience donnée : chaque appel à /mc
 fait donc une vraie introspection HTTP, sans que ce serveur-ci limite beaucoup le débit
 (HTTP/1.1 avec connexions persistantes, un fil par connexion).
 
+Un token qui commence par « lent- » est introspecté en 1,5 s : une requête /mcp.php qui le porte
+garde son processus depot-fichiers plus d'une seconde, ce qui sert à remplir le groupe de
+processus de mod_fcgid avant les mesures (voir bench/run).
+
     introspection.py FICHIER_PORT AUDIENCE
 
 S'arrête tout seul quand son parent (bench/run) disparaît.
@@ -13,6 +17,7 @@ S'arrête tout seul quand son parent (bench/run) disparaît.
 
 import json
 import os
+import urllib.parse
 import sys
 import threading
 import time
@@ -27,7 +32,9 @@ class Introspection(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 (nom imposé par http.server)
         n = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(n)
+        formulaire = urllib.parse.parse_qs(self.rfile.read(n).decode("utf-8", "replace"))
+        if formulaire.get("token", [""])[0].startswith("lent-"):
+            time.sleep(1.5)
         corps = json.dumps({
             "active": True,
             "aud": self.audience,
@@ -47,6 +54,9 @@ class Introspection(BaseHTTPRequestHandler):
 
 class Serveur(ThreadingHTTPServer):
     daemon_threads = True
+    # File d'attente de 5 par défaut : sous 8 connexions × 20 processus, un SYN refusé est réémis
+    # au bout de 1 s, et cette seconde ressemblerait à l'attente de mod_fcgid.
+    request_queue_size = 128
 
     def handle_error(self, request, client_address):
         pass  # un client (processus depot-fichiers) qui s'en va n'est pas une erreur

@@ -755,3 +755,37 @@ fn x_sendfile_through_mod_xsendfile_serves_exactly_the_named_file() {
     let errors = fs::read_to_string(a.error_log()).unwrap_or_default();
     assert!(!errors.contains("xsendfile"), "{errors}");
 }
+
+/// The value of the first `directive value` line of `text` (comments skipped).
+fn directive(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .map(str::split_whitespace)
+        .filter_map(|mut w| (w.next() == Some(name)).then(|| w.next()).flatten())
+        .map(|v| v.parse().unwrap())
+        .next()
+}
+
+/// mod_fcgid makes a request sleep 1 s before it adds a process to a busy class, so every
+/// process retired or reaped costs a stalled request (docs/PERFORMANCE.md): the shipped block
+/// never shrinks a started pool, and the server-level snippet (included by every private Apache
+/// of these tests, via `apache/local.conf.template`) lets the whole pool spawn at once.
+#[test]
+fn shipped_fcgid_settings_keep_a_started_pool() {
+    let block = common::common_block(&Mode::Fcgid.vhost());
+    let max = directive(&block, "FcgidMaxProcessesPerClass").unwrap();
+    assert_eq!(directive(&block, "FcgidMinProcessesPerClass"), Some(max));
+    assert_eq!(directive(&block, "FcgidMaxRequestsPerProcess"), Some(0));
+    let server =
+        fs::read_to_string(common::repo().join("apache/depot-fichiers-fcgid.conf")).unwrap();
+    let up_limit = directive(&server, "FcgidSpawnScoreUpLimit").unwrap();
+    assert!(
+        up_limit >= 2 * max,
+        "FcgidSpawnScoreUpLimit {up_limit} < 2 × {max}"
+    );
+    let template = fs::read_to_string(common::repo().join("apache/local.conf.template")).unwrap();
+    assert!(template.contains("\n@FCGID_SERVEUR@\n"));
+    assert!(
+        common::fill(&template, &State::new(common::free_port(), &[]).values())
+            .contains("apache/depot-fichiers-fcgid.conf\"")
+    );
+}

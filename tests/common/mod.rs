@@ -197,6 +197,8 @@ impl State {
         v.insert("CONFIG", self.config().display().to_string());
         v.insert("TOKEN", self.token.clone());
         v.insert("URL_BASE", self.url.clone());
+        let fcgid = repo().join("apache/depot-fichiers-fcgid.conf");
+        v.insert("FCGID_SERVEUR", format!("Include \"{}\"", fcgid.display()));
         v
     }
 

@@ -326,10 +326,9 @@ fn client_juicefs_tue() {
     let addrs = nodes.iter().map(|n| n.addr).collect();
     let (files, config, logs) = store_paths(&jfs, &nodes, 1);
     let label = "two nodes on JuiceFS, node 0's client killed";
-    assert!(
-        cfg!(feature = "injection-pannes"),
-        "needs --features injection-pannes"
-    );
+    if !cfg!(feature = "injection-pannes") {
+        panic!("needs --features injection-pannes (the pause point that holds the store lock)");
+    }
     let (holder, holder_addr) = start_holder(&nodes[0]);
     let holder_pid = holder.child.id() as i32;
     let mut kill_at = 0.0;

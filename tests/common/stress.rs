@@ -172,11 +172,13 @@ impl Target {
                 }
                 .map_err(|e| format!("connect: {e}"))?;
                 let resp = c.request(&p, &r.body).map_err(|e| format!("fcgi: {e}"))?;
-                Ok(Answer {
+                let a = Answer {
                     status: resp.status,
                     headers: resp.headers,
                     body: resp.body,
-                })
+                };
+                truncated(r, &a)?;
+                Ok(a)
             }
             Target::Http(port) => {
                 let mut s = TcpStream::connect(("127.0.0.1", *port))
@@ -224,19 +226,26 @@ impl Target {
                     headers,
                     body,
                 };
-                if r.method != "HEAD"
-                    && let Some(cl) = a.header("Content-Length")
-                    && cl.parse::<usize>().ok() != Some(a.body.len())
-                {
-                    return Err(format!(
-                        "truncated: Content-Length {cl}, {} bytes received",
-                        a.body.len()
-                    ));
-                }
+                truncated(r, &a)?;
                 Ok(a)
             }
         }
     }
+}
+
+/// A body shorter or longer than its `Content-Length` (a response cut in the middle).
+fn truncated(r: &Req, a: &Answer) -> Result<(), String> {
+    if r.method != "HEAD"
+        && let Some(cl) = a.header("Content-Length")
+        && cl.parse::<usize>().ok() != Some(a.body.len())
+    {
+        return Err(format!(
+            "truncated: status {}, Content-Length {cl}, {} bytes received",
+            a.status,
+            a.body.len()
+        ));
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------------------

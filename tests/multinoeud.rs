@@ -340,15 +340,15 @@ fn client_juicefs_tue() {
         |ctl| {
             std::thread::sleep(Duration::from_secs(seconds / 3));
             let t = token.clone();
-            let upload = std::thread::spawn(move || publish_once(holder_addr, &t));
+            // Never answered: the thread ends when the holder is killed, after the run.
+            std::thread::spawn(move || publish_once(holder_addr, &t));
             wait_stopped(holder_pid);
             kill_at = ctl.elapsed().as_secs_f64();
             ctl.mark_down(0);
             jfs.kill_client(0);
             say(format!(
-                "   node 0's client killed at {kill_at:.1} s, a publication holding the store \
-                 lock on it: {:?}",
-                upload.join().unwrap()
+                "   node 0's client killed at {kill_at:.1} s, with a publication on it paused \
+                 while holding the store lock"
             ));
             std::thread::sleep(Duration::from_secs(seconds - seconds / 3));
         },

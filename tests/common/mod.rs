@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: `fcgi` is a synchronous FastCGI client, `server`
 //! starts the project's FastCGI server on a Unix socket in a temporary directory; `apache` and
-//! `nginx` are the end-to-end fixtures. Also here, the shared pieces of the end-to-end tests: the state folder (config, binary copy, files/, log/),
+//! `nginx` are the end-to-end fixtures; `juicefs` mounts one private JuiceFS volume twice (two
+//! nodes); `stress` is the concurrency stress of `tests/stress.rs` and `tests/multinoeud.rs`. Also here, the shared pieces of the end-to-end tests: the state folder (config, binary copy, files/, log/),
 //! template filling shared with `apache/demo`, free ports, child processes that stop by
 //! themselves, and a small `curl` wrapper.
 //!
@@ -12,8 +13,10 @@ pub mod apache;
 pub mod audit;
 pub mod fcgi;
 pub mod introspection;
+pub mod juicefs;
 pub mod nginx;
 pub mod server;
+pub mod stress;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -3,7 +3,7 @@
 
     peupler.py DOSSIER_FICHIERS N [PRÉFIXE]
 
-Écrit directement la disposition du dépôt (src/store.rs) : `<nom>` (10 octets) et son
+Écrit directement la disposition du dépôt (src/store/mod.rs) : `<nom>` (10 octets) et son
 compagnon `.meta/<nom>.json`, sans fsync (l'API du dépôt fait deux fsync par fichier : 10 000
 dépôts prendraient plusieurs minutes). bench/run vérifie ensuite qu'un de ces fichiers se
 télécharge bien (200), donc que le format est celui que le programme accepte.

@@ -140,12 +140,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
         let mut up = app.store.begin_upload().map_err(store_error)?;
         while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
             progress.produced();
-            up.write(&chunk).map_err(|e| match e {
-                StoreError::TooLarge => {
-                    ApiError::FichierTropVolumineux(app.cfg.taille_max_fichier_octets)
-                }
-                other => store_error(other),
-            })?;
+            up.write(&chunk).map_err(store_error)?;
         }
         found = Some((name, up));
     }
@@ -263,7 +258,7 @@ fn multipart_error(e: multer::Error) -> ApiError {
 fn store_error(e: StoreError) -> ApiError {
     match e {
         StoreError::Full(why) => ApiError::StockagePlein(why),
-        StoreError::TooLarge => ApiError::FichierTropVolumineux(0),
+        StoreError::TooLarge { max } => ApiError::FichierTropVolumineux(max),
         StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
     }
 }

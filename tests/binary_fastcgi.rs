@@ -273,3 +273,68 @@ fn a_client_that_disconnects_mid_upload_leaves_nothing() {
     assert_eq!(common::entries(&s.files()), [".meta", ".tmp"]);
     assert_eq!(s.upload("ensuite.txt", b"ok").status, 200);
 }
+
+/// Sets the mtime of `path` to `secs` seconds ago.
+fn age(path: &Path, secs: u64) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(secs))
+        .unwrap();
+}
+
+/// Contract §4 with `balayage_intervalle_min_ms = 0`: the sweep runs on literally every request,
+/// so an orphan (a file without sidecar, a sidecar without file) older than
+/// `duree_max_depot_secondes` is gone after the next request of any kind, even one that
+/// appeared outside an upload, right after a sweep that found nothing to remove.
+#[test]
+fn with_interval_zero_every_request_removes_old_orphans() {
+    let s = Server::start("duree_max_depot_secondes = 100\nbalayage_intervalle_min_ms = 0");
+    assert_eq!(s.upload("garde.txt", b"x").status, 200);
+    assert_eq!(s.download("garde.txt").status, 200);
+    let files = s.files();
+    std::fs::write(files.join("sans-fiche.txt"), b"y").unwrap();
+    age(&files.join("sans-fiche.txt"), 200);
+    std::fs::write(files.join(".meta/sans-fichier.txt.json"), b"{}").unwrap();
+    age(&files.join(".meta/sans-fichier.txt.json"), 200);
+    std::fs::write(files.join("jeune.txt"), b"z").unwrap();
+    // A request about something else entirely.
+    assert_eq!(s.get("GET", "fichier=autre&token=x", &[]).status, 401);
+    assert!(!files.join("sans-fiche.txt").exists());
+    assert!(!files.join(".meta/sans-fichier.txt.json").exists());
+    // A young orphan stays (it may be half of a publication in progress), the live file too.
+    assert!(files.join("jeune.txt").exists());
+    assert!(files.join("garde.txt").exists());
+}
+
+/// Contract §9: the capacity (507) is checked after the size limit (413). An upload over
+/// `taille_max_fichier_octets` into a store that cannot take it either is a 413 whose message
+/// gives the limit; a file under the limit that the store cannot take is a 507.
+#[test]
+fn the_size_limit_is_checked_before_the_capacity() {
+    let s = Server::start("taille_max_fichier_octets = 150000\ntaille_max_totale_octets = 100000");
+    assert_eq!(
+        s.upload("occupe.bin", &common::bytes(90_000, 1)).status,
+        200
+    );
+    let r = s.upload("trop-gros.bin", &common::bytes(200_000, 2));
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(error_code(&r), "fichier_trop_volumineux");
+    assert!(
+        json(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains(" 150000 octets au maximum"),
+        "{}",
+        r.text()
+    );
+    // Under the size limit, over the capacity: 507, and nothing left behind.
+    let r = s.upload("moyen.bin", &common::bytes(120_000, 3));
+    assert_eq!(r.status, 507, "{}", r.text());
+    assert_eq!(error_code(&r), "stockage_plein");
+    assert!(!s.files().join("trop-gros.bin").exists());
+    assert!(!s.files().join("moyen.bin").exists());
+    assert!(no_part_files(&s.files()));
+    assert_eq!(common::entries(&s.files()), [".meta", ".tmp", "occupe.bin"]);
+}

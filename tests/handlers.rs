@@ -412,13 +412,18 @@ async fn upload_error_table() {
     .await;
     r.assert_error(400, "requete_invalide");
     // Too large: 11 bytes for a 10-byte limit; exactly 10 passes.
-    upload_raw(
+    let r = upload_raw(
         &e.app,
         &bearer,
         multipart(&[("fichier", Some(b"big"), &[7; 11])]),
     )
-    .await
-    .assert_error(413, "fichier_trop_volumineux");
+    .await;
+    r.assert_error(413, "fichier_trop_volumineux");
+    // The message gives the configured limit.
+    assert_eq!(
+        r.json()["message"],
+        "Fichier trop volumineux : 10 octets au maximum."
+    );
     assert_eq!(
         upload_raw(
             &e.app,

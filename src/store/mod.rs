@@ -1,0 +1,228 @@
+//! The store: stored files, their sidecars, expiry, the sweep and atomic publication (contract §4).
+//!
+//! Layout of `dossier_fichiers`:
+//! - `<name>`: a stored file; its mtime is the "last download" clock;
+//! - `.meta/<name>.json`: its sidecar, written once per upload, never rewritten;
+//! - `.tmp/*.part`: uploads being written (each flock-ed by its writer for its whole life);
+//! - `.tmp/verrou`: the store lock; `.tmp/balayage`: the sweep-cadence marker (its mtime);
+//!   `.tmp/echeance`: the earliest possible expiry (mtime) as of the last real scan (atime).
+//!
+//! Rooms: this file holds the layout and [`Store`] (the folders' descriptors, paths, opening);
+//! `lock.rs` the store lock as a guard, shared or exclusive; `expiry.rs` the verdicts of
+//! contract §4 (pure functions); `sweep.rs` the sweep; `lookup.rs` the file a request is about;
+//! `publish.rs` uploads, the sidecar write and the two renames.
+//!
+//! Concurrency (several processes, any of which can be SIGKILLed):
+//! - publication renames the sidecar then the file under the store lock held exclusively, and
+//!   lookups read the pair under the lock held shared: a reader never sees half a publication;
+//! - every deletion re-checks its candidate under the exclusive lock (the functions that delete
+//!   take an `ExclusiveGuard`), so a sweep never removes a file that an upload has just
+//!   (re)published;
+//! - a `.part` file is created and flock-ed under the shared store lock, and the sweep probes
+//!   `.part` locks under the exclusive one: a live writer's file is never removed, a dead writer's
+//!   file always is (the kernel drops a flock when its process dies);
+//! - a file being sent is an open descriptor: unlinking it does not cut the transfer.
+//!
+//! Trust: the root, `.meta` and `.tmp` are checked and opened once per process (see
+//! [`crate::folders`]) and every file operation goes through those descriptors with
+//! `O_NOFOLLOW`: a folder or a file of the store swapped for a symbolic link later can neither
+//! redirect a write nor a deletion. Only [`Store::file_path`] (for `X-Sendfile`) is a path.
+
+mod expiry;
+mod lock;
+mod lookup;
+mod publish;
+mod sweep;
+#[cfg(test)]
+mod tests;
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::config::Config;
+use crate::folders;
+use crate::names::Name;
+
+pub use expiry::now_secs;
+pub use lookup::Found;
+pub use publish::{Published, Upload};
+pub use sweep::SweepReport;
+
+const META: &str = ".meta";
+const TMP: &str = ".tmp";
+const LOCK_FILE: &str = "verrou";
+const SWEEP_MARKER: &str = "balayage";
+const DEADLINE_MARKER: &str = "echeance";
+/// Longest time between two real scans of the store (see [`Store::sweep_now`]).
+const FORCED_SCAN_SECS: i64 = 60;
+const PART_SUFFIX: &str = ".part";
+
+/// The sidecar `.meta/<name>.json`, written once per upload and never rewritten.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Sidecar {
+    pub nom_original: String,
+    pub depot_timestamp: i64,
+    pub taille_octets: u64,
+    /// Inode number of the file this sidecar was written for (rename keeps it). It tells a
+    /// mixed pair apart exactly, even when the old and new versions have the same size (a writer
+    /// killed between its two renames leaves the new sidecar next to the old file). Absent from
+    /// sidecars written before it existed: those are matched on the size alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+    /// Sub-second part of the depot time. With `depot_timestamp` and `inode` it tells two
+    /// uploads of a name apart even when a filesystem hands a freed inode back within the same
+    /// second (ext4 does): what a per-file link is bound to (`liens.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depot_nanosecondes: Option<u32>,
+}
+
+impl Sidecar {
+    /// Does this sidecar belong to the file with this size and inode?
+    fn matches(&self, size: u64, ino: u64) -> bool {
+        self.taille_octets == size && self.inode.is_none_or(|i| i == ino)
+    }
+}
+
+/// Errors of the store, mapped to HTTP by the callers.
+#[derive(Debug)]
+pub enum StoreError {
+    /// ENOSPC/EDQUOT while writing, or `taille_max_totale_octets` exceeded → 507.
+    Full(String),
+    /// The upload is larger than `taille_max_fichier_octets` (`max`) → 413.
+    TooLarge { max: u64 },
+    /// Anything else (read-only store, permissions…) → 500, logged.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Full(why) => write!(f, "stockage plein : {why}"),
+            StoreError::TooLarge { max } => {
+                write!(f, "fichier trop volumineux ({max} octets au maximum)")
+            }
+            StoreError::Io(e) => write!(f, "erreur d'entrée-sortie : {e}"),
+        }
+    }
+}
+
+impl From<rustix::io::Errno> for StoreError {
+    fn from(e: rustix::io::Errno) -> Self {
+        io::Error::from(e).into()
+    }
+}
+
+impl From<io::Error> for StoreError {
+    fn from(e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(code) if code == libc_enospc() || code == libc_edquot() => {
+                StoreError::Full(e.to_string())
+            }
+            _ => StoreError::Io(e),
+        }
+    }
+}
+
+fn libc_enospc() -> i32 {
+    rustix::io::Errno::NOSPC.raw_os_error()
+}
+
+fn libc_edquot() -> i32 {
+    rustix::io::Errno::DQUOT.raw_os_error()
+}
+
+/// A handle on the store of one configuration.
+pub struct Store {
+    root: PathBuf,
+    /// The root, `.meta` and `.tmp`, opened once and checked (see [`crate::folders`]).
+    root_fd: OwnedFd,
+    meta_fd: OwnedFd,
+    tmp_fd: OwnedFd,
+    lifetimes: expiry::Lifetimes,
+    sweep_interval: Duration,
+    max_file: u64,
+    capacity: u64,
+}
+
+impl Store {
+    /// Opens and checks the folders, creating them (0700) if missing; a folder that had to be
+    /// tightened adds a line to `notes`.
+    pub fn open(cfg: &Config, notes: &mut Vec<String>) -> io::Result<Store> {
+        let root = cfg.dossier_fichiers.clone();
+        let root_dir = folders::open_private(&root)?;
+        notes.extend(root_dir.note(&root));
+        let meta = folders::open_private_at(&root_dir.fd, META, &root.join(META))?;
+        notes.extend(meta.note(&root.join(META)));
+        let tmp = folders::open_private_at(&root_dir.fd, TMP, &root.join(TMP))?;
+        notes.extend(tmp.note(&root.join(TMP)));
+        Ok(Store {
+            root,
+            root_fd: root_dir.fd,
+            meta_fd: meta.fd,
+            tmp_fd: tmp.fd,
+            lifetimes: expiry::Lifetimes {
+                max_age: cfg.duree_max_depot_secondes as i64,
+                max_idle: cfg.duree_inactivite_secondes as i64,
+            },
+            sweep_interval: Duration::from_millis(cfg.balayage_intervalle_min_ms),
+            max_file: cfg.taille_max_fichier_octets,
+            capacity: cfg.taille_max_totale_octets,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where a stored file lives (`X-Sendfile` gives this path to the web server).
+    pub fn file_path(&self, name: &Name) -> PathBuf {
+        self.root.join(name.as_str())
+    }
+
+    /// Opens (creating it 0600 if missing) a file of `.tmp`, never through a symbolic link.
+    fn open_tmp_file(&self, name: &str) -> io::Result<File> {
+        open_at(&self.tmp_fd, name, OFlags::RDWR | OFlags::CREATE)
+    }
+}
+
+fn is_absent(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+        || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+/// Opens `name` inside the folder `dir` with `flags`, never through a symbolic link (ELOOP);
+/// a file it creates gets mode 0600.
+fn open_at(dir: &OwnedFd, name: impl rustix::path::Arg, flags: OFlags) -> io::Result<File> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(fd))
+}
+
+/// The names in a directory, without `.`/`..`.
+fn list_names(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
+    list_names_except(dir, &[])
+}
+
+/// The names at the root of the store: [`list_names`] without the store's own `.meta` and `.tmp`.
+fn list_stored_names(root: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
+    list_names_except(root, &[META.as_bytes(), TMP.as_bytes()])
+}
+
+fn list_names_except(dir: &OwnedFd, skipped: &[&[u8]]) -> io::Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut d = rustix::fs::Dir::read_from(dir.as_fd())?;
+    while let Some(entry) = d.read() {
+        let entry = entry?;
+        let n = entry.file_name().to_bytes();
+        if n == b"." || n == b".." || skipped.contains(&n) {
+            continue;
+        }
+        out.push(n.to_vec());
+    }
+    Ok(out)
+}

@@ -1,0 +1,254 @@
+//! Publication: an upload streamed into `.tmp/*.part`, then its sidecar written and the two
+//! renames (sidecar, then file) done under the exclusive store lock.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{AtFlags, OFlags, StatxFlags};
+use sha2::{Digest, Sha256};
+
+use super::{PART_SUFFIX, Sidecar, Store, StoreError, list_stored_names, open_at};
+use crate::names::Name;
+
+/// TEST ONLY (feature `injection-pannes`): stops the process with SIGSTOP at the named point of
+/// a publication when the environment variable `DEPOT_FICHIERS_TEST_PAUSE` (read once) names it,
+/// so that a test can SIGKILL it exactly there. Points: `pendant-ecriture` (after the first
+/// chunk of an upload is written), `avant-renommage` (sidecar temporary written, store lock held,
+/// nothing renamed), `entre-renommages` (sidecar renamed, file not yet), `apres-renommage` (both
+/// renamed, store lock still held). Without the feature this is an empty inline function.
+#[cfg(feature = "injection-pannes")]
+fn pause_point(point: &str) {
+    static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let wanted = WANTED.get_or_init(|| std::env::var("DEPOT_FICHIERS_TEST_PAUSE").ok());
+    if wanted.as_deref() == Some(point) {
+        eprintln!("depot-fichiers : pause de test « {point} »");
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+    }
+}
+
+#[cfg(not(feature = "injection-pannes"))]
+#[inline(always)]
+fn pause_point(_point: &str) {}
+
+/// What a successful publication produced.
+#[derive(Debug)]
+pub struct Published {
+    pub sidecar: Sidecar,
+    pub sha256_hex: String,
+}
+
+/// An upload being written; dropping it unpublished removes the temporary file.
+pub struct Upload {
+    file: Option<File>,
+    /// The store's `.tmp` (a duplicate of its descriptor), where `part` lives.
+    tmp_fd: OwnedFd,
+    /// The temporary's name in `.tmp`; empty once published.
+    part: String,
+    written: u64,
+    hasher: Sha256,
+    max_file: u64,
+    capacity: u64,
+    /// Why the store cannot take this upload (disk full, or the file alone over the capacity),
+    /// once known. The rest of the body is then counted, not written: the size limit is checked
+    /// before the capacity (contract §9), so the refusal waits for the end of the file or for
+    /// `taille_max_fichier_octets`, whichever comes first.
+    full: Option<String>,
+}
+
+impl Store {
+    /// Starts an upload into a temporary `.tmp/*.part` file (removed if the upload is dropped).
+    pub fn begin_upload(&self) -> Result<Upload, StoreError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let lock = self.lock_shared()?;
+        let result = (|| -> io::Result<(File, String)> {
+            loop {
+                let nanos = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
+                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+                let part = format!("{}-{nanos:x}-{n}{PART_SUFFIX}", std::process::id());
+                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
+                match open_at(&self.tmp_fd, &part, flags) {
+                    Ok(f) => {
+                        f.lock()?;
+                        return Ok((f, part));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        })();
+        drop(lock);
+        let (file, part) = result?;
+        Ok(Upload {
+            file: Some(file),
+            tmp_fd: self.tmp_fd.try_clone()?,
+            part,
+            written: 0,
+            hasher: Sha256::new(),
+            max_file: self.max_file,
+            capacity: self.capacity,
+            full: None,
+        })
+    }
+
+    /// Bytes of stored files, not counting `except` (the version an upload replaces) nor sidecars.
+    fn stored_bytes(&self, except: &Name) -> io::Result<u64> {
+        let root_fd = &self.root_fd;
+        let mut total = 0u64;
+        for raw in list_stored_names(root_fd)? {
+            if raw == except.as_str().as_bytes() {
+                continue;
+            }
+            if let Ok(st) = rustix::fs::statx(
+                root_fd,
+                raw.as_slice(),
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::SIZE,
+            ) {
+                total += st.stx_size;
+            }
+        }
+        Ok(total)
+    }
+}
+
+impl Upload {
+    /// Appends bytes (→ `TooLarge` beyond the limit). Once the store is known to be unable to
+    /// take the file (ENOSPC, or beyond the capacity), the bytes are only counted and
+    /// [`Upload::publish`] answers `Full`.
+    pub fn write(&mut self, data: &[u8]) -> Result<(), StoreError> {
+        let total = self.written + data.len() as u64;
+        if total > self.max_file {
+            return Err(StoreError::TooLarge { max: self.max_file });
+        }
+        if self.full.is_none() && self.capacity > 0 && total > self.capacity {
+            self.full = Some("le fichier dépasse à lui seul la capacité du dépôt".into());
+        }
+        if self.full.is_none() {
+            let f = self.file.as_mut().expect("upload already published");
+            match f.write_all(data).map_err(StoreError::from) {
+                Ok(()) => {}
+                Err(StoreError::Full(why)) => self.full = Some(why),
+                Err(e) => return Err(e),
+            }
+            self.hasher.update(data);
+        }
+        if self.written == 0 && total > 0 {
+            pause_point("pendant-ecriture");
+        }
+        self.written = total;
+        Ok(())
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// fsync, sidecar, atomic rename into place under `name` (overwriting), fsync of the folders.
+    pub fn publish(mut self, store: &Store, name: &Name) -> Result<Published, StoreError> {
+        if let Some(why) = self.full.take() {
+            // `self` drops here and removes the data `.part`.
+            return Err(StoreError::Full(why));
+        }
+        let file = self.file.take().expect("upload already published");
+        // mtime = the publication time: "never downloaded" counts from the upload (contract §4).
+        let published_at = SystemTime::now();
+        file.set_modified(published_at)?;
+        file.sync_all()?;
+        let depot = published_at
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let sidecar = Sidecar {
+            nom_original: name.as_str().to_string(),
+            depot_timestamp: depot,
+            taille_octets: self.written,
+            inode: Some(file.metadata()?.ino()),
+            depot_nanosecondes: published_at
+                .duration_since(UNIX_EPOCH)
+                .ok()
+                .map(|d| d.subsec_nanos()),
+        };
+        // The sidecar is written under its own temporary name, then renamed too.
+        let sc_part = format!(
+            "{}.meta{PART_SUFFIX}",
+            self.part.trim_end_matches(PART_SUFFIX)
+        );
+        let result = self.write_sidecar_and_rename(store, name, &sidecar, &sc_part);
+        if let Err(e) = result {
+            let _ = rustix::fs::unlinkat(&self.tmp_fd, &sc_part, AtFlags::empty());
+            // `self` drops here and removes the data `.part`.
+            return Err(e);
+        }
+        // The renames are done: nothing left to clean up.
+        self.part.clear();
+        drop(file);
+        for dir in [&store.root_fd, &store.meta_fd] {
+            let _ = rustix::fs::fsync(dir);
+        }
+        let digest = std::mem::take(&mut self.hasher).finalize();
+        Ok(Published {
+            sidecar,
+            sha256_hex: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        })
+    }
+
+    /// Writes the sidecar into `.tmp/<sc_part>`, then, under the exclusive store lock, checks
+    /// the capacity and renames the sidecar, then the file, into place.
+    fn write_sidecar_and_rename(
+        &self,
+        store: &Store,
+        name: &Name,
+        sidecar: &Sidecar,
+        sc_part: &str,
+    ) -> Result<(), StoreError> {
+        // Created and locked under the shared store lock, like the data file (see
+        // `begin_upload`): a sweep probes `.part` locks under the exclusive lock, so it can
+        // never catch this file between its creation and its lock.
+        let store_lock = store.lock_shared()?;
+        let created = open_at(
+            &self.tmp_fd,
+            sc_part,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+        )
+        .and_then(|f| f.lock().map(|()| f));
+        drop(store_lock);
+        // Held (open, hence locked) until the end of the renames, like the data file: the
+        // sweep leaves it alone while we live.
+        let mut sc = created?;
+        sc.write_all(&serde_json::to_vec(sidecar).expect("sidecar serialises"))?;
+        sc.sync_all()?;
+        let _lock = store.lock_exclusive()?;
+        if self.capacity > 0 {
+            let others = store.stored_bytes(name)?;
+            if others + self.written > self.capacity {
+                return Err(StoreError::Full(format!(
+                    "capacité du dépôt atteinte ({} octets)",
+                    self.capacity
+                )));
+            }
+        }
+        pause_point("avant-renommage");
+        let sc_name = name.sidecar_file_name();
+        rustix::fs::renameat(&self.tmp_fd, sc_part, &store.meta_fd, &sc_name)?;
+        pause_point("entre-renommages");
+        rustix::fs::renameat(&self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
+        pause_point("apres-renommage");
+        Ok(())
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if !self.part.is_empty() {
+            let _ = rustix::fs::unlinkat(&self.tmp_fd, &self.part, AtFlags::empty());
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The sweep every request begins with (contract §4): expired files, old orphans and dead
+//! writers' temporaries removed, at most once per `balayage_intervalle_min_ms` across processes.
+
+use std::collections::HashSet;
+use std::io;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{AtFlags, FileType, OFlags, StatxFlags};
+
+use super::expiry::{Verdict, now_secs};
+use super::lock::ExclusiveGuard;
+use super::{
+    DEADLINE_MARKER, FORCED_SCAN_SECS, PART_SUFFIX, SWEEP_MARKER, Store, list_names,
+    list_stored_names, open_at,
+};
+use crate::names::Name;
+
+/// What a sweep did.
+#[derive(Debug, Default, Clone)]
+pub struct SweepReport {
+    /// False when skipped because another sweep finished less than `balayage_intervalle_min_ms`
+    /// ago, or is running right now.
+    pub full: bool,
+    /// True when every entry was read; false when the deadline marker proved that none can have
+    /// expired yet.
+    pub scanned: bool,
+    pub removed_files: Vec<String>,
+    pub removed_orphans: Vec<String>,
+    pub removed_temporaries: Vec<String>,
+}
+
+impl Store {
+    /// The sweep every request begins with: a full sweep unless another process finished one less
+    /// than `balayage_intervalle_min_ms` ago or is running one now.
+    ///
+    /// With an interval of 0 (the contract's literal "sweep on every request") every request
+    /// reads the whole store: the deadline marker only knows about the files that uploads
+    /// published, not about those that appear otherwise (a file or a sidecar copied or left in
+    /// the folder by hand), and 0 promises that those go at the next request too.
+    pub fn sweep(&self) -> io::Result<SweepReport> {
+        let marker = self.open_tmp_file(SWEEP_MARKER)?;
+        let m = marker.metadata()?;
+        let every_request = self.sweep_interval.is_zero();
+        if !every_request {
+            // An empty marker was never stamped by a sweep; a marker in the future (clock set
+            // back) does not hold sweeps off.
+            let swept_recently = m.len() > 0
+                && SystemTime::now()
+                    .duration_since(m.modified()?)
+                    .map(|age| age < self.sweep_interval)
+                    .unwrap_or(false);
+            if swept_recently {
+                return Ok(SweepReport::default());
+            }
+            // One sweeper at a time; the others go on with their request.
+            match marker.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(SweepReport::default()),
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
+        let report = if every_request {
+            self.sweep_full()
+        } else {
+            self.sweep_now()
+        };
+        // Stamp the end of this sweep: the marker's mtime is the shared cadence clock.
+        if m.len() == 0 {
+            let _ = marker.set_len(1);
+        }
+        let _ = marker.set_modified(SystemTime::now());
+        report
+    }
+
+    /// A full sweep that does not read the stored files when none of them can have expired yet.
+    ///
+    /// The deadline marker's mtime is the earliest second at which a stored file or orphan can
+    /// expire, as of the last real scan (its atime). Until then a scan would find nothing to
+    /// remove: an upload or a download only ever creates deadlines later than that (a new file's
+    /// deadline is at least its publication plus the shorter delay, and every existing deadline is
+    /// at most that), and removals only take deadlines away. A real scan is still forced every
+    /// [`FORCED_SCAN_SECS`] to catch the leftovers of a process killed in the middle of a removal.
+    pub fn sweep_now(&self) -> io::Result<SweepReport> {
+        let now = now_secs();
+        if let Ok(m) = rustix::fs::statat(&self.tmp_fd, DEADLINE_MARKER, AtFlags::SYMLINK_NOFOLLOW)
+            && FileType::from_raw_mode(m.st_mode) == FileType::RegularFile
+        {
+            let scanned_ago = now - m.st_atime;
+            if now <= m.st_mtime && (0..FORCED_SCAN_SECS).contains(&scanned_ago) {
+                let removed_temporaries = self.remove_dead_temporaries()?;
+                return Ok(SweepReport {
+                    full: true,
+                    removed_temporaries,
+                    ..SweepReport::default()
+                });
+            }
+        }
+        self.sweep_full()
+    }
+
+    /// A full sweep regardless of the interval (`depot-fichiers sweep`): reads every entry.
+    pub fn sweep_full(&self) -> io::Result<SweepReport> {
+        let mut report = SweepReport {
+            full: true,
+            scanned: true,
+            ..SweepReport::default()
+        };
+        let now = now_secs();
+        // Files published after this scan started expire no sooner than this (1 s of slack for
+        // whole-second rounding).
+        let mut next_deadline = self.lifetimes.shortest_from(now - 1);
+        let root_fd = &self.root_fd;
+        let files = list_stored_names(root_fd)?;
+        let sidecars: HashSet<Vec<u8>> = list_names(&self.meta_fd)?
+            .into_iter()
+            .filter_map(|n| n.strip_suffix(b".json").map(<[u8]>::to_vec))
+            .collect();
+
+        // Phase 1, no lock: find candidates with metadata calls only.
+        let mut candidates: Vec<Name> = Vec::new();
+        for raw in &files {
+            let Ok(name) = Name::parse(raw) else {
+                continue; // never created by us
+            };
+            let Ok(st) = rustix::fs::statx(
+                root_fd,
+                raw.as_slice(),
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::MTIME | StatxFlags::BTIME,
+            ) else {
+                continue;
+            };
+            let mtime = st.stx_mtime.tv_sec;
+            let has_birth = st.stx_mask & StatxFlags::BTIME.bits() != 0;
+            let earliest = if !sidecars.contains(raw) {
+                Some(self.lifetimes.orphan_deadline(mtime))
+            } else if has_birth {
+                // Birth time (start of the upload) ≤ depot_timestamp: a lower bound of the
+                // sidecar's age deadline, exact enough to rule most files out without reading it.
+                Some(self.lifetimes.deadline(st.stx_btime.tv_sec, mtime))
+            } else {
+                None // no birth time on this filesystem: the exact check reads the sidecar
+            };
+            match earliest {
+                Some(d) if now <= d => next_deadline = next_deadline.min(d),
+                _ => candidates.push(name),
+            }
+        }
+        let file_set: HashSet<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        for raw in &sidecars {
+            if file_set.contains(raw.as_slice()) {
+                continue;
+            }
+            if let Ok(name) = Name::parse(raw) {
+                candidates.push(name);
+            }
+        }
+
+        // Phase 2, exclusive lock: exact verdicts, removals, dead writers' temporaries.
+        let lock = self.lock_exclusive()?;
+        for name in candidates {
+            let (verdict, had_sidecar, had_file) = self.verdict(&name, now, &lock);
+            match verdict {
+                Verdict::Remove => {
+                    self.remove_pair(&name, &lock);
+                    if had_file && had_sidecar {
+                        report.removed_files.push(name.as_str().to_string());
+                    } else {
+                        report.removed_orphans.push(name.as_str().to_string());
+                    }
+                }
+                Verdict::Live(d) | Verdict::YoungOrphan(d) => {
+                    next_deadline = next_deadline.min(d);
+                }
+                Verdict::Absent => {}
+            }
+        }
+        report.removed_temporaries = self.remove_dead_temporaries_locked(&lock)?;
+        drop(lock);
+        self.record_deadline(now, next_deadline);
+        Ok(report)
+    }
+
+    /// Stores the next possible expiry (mtime) and the time of this scan (atime) in the marker.
+    fn record_deadline(&self, scanned_at: i64, next_deadline: i64) {
+        let at = |secs: i64| UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64);
+        let times = std::fs::FileTimes::new()
+            .set_accessed(at(scanned_at))
+            .set_modified(at(next_deadline));
+        if let Ok(m) = open_at(
+            &self.tmp_fd,
+            DEADLINE_MARKER,
+            OFlags::WRONLY | OFlags::CREATE,
+        ) {
+            let _ = m.set_times(times);
+        }
+    }
+
+    /// The `.part` files of `.tmp`, live or not.
+    fn temporaries(&self) -> io::Result<Vec<Vec<u8>>> {
+        Ok(list_names(&self.tmp_fd)?
+            .into_iter()
+            .filter(|n| n.ends_with(PART_SUFFIX.as_bytes()))
+            .collect())
+    }
+
+    /// Removes the `.part` files whose writer is gone, taking the exclusive store lock only if
+    /// there is a `.part` to probe.
+    pub(super) fn remove_dead_temporaries(&self) -> io::Result<Vec<String>> {
+        let parts = self.temporaries()?;
+        if parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lock = self.lock_exclusive()?;
+        Ok(self.remove_dead(parts, &lock))
+    }
+
+    /// Removes the `.part` files whose writer is gone, under the caller's exclusive lock.
+    fn remove_dead_temporaries_locked(&self, lock: &ExclusiveGuard) -> io::Result<Vec<String>> {
+        let parts = self.temporaries()?;
+        Ok(self.remove_dead(parts, lock))
+    }
+
+    fn remove_dead(&self, parts: Vec<Vec<u8>>, _: &ExclusiveGuard) -> Vec<String> {
+        let mut removed = Vec::new();
+        for raw in parts {
+            let Ok(f) = open_at(&self.tmp_fd, raw.as_slice(), OFlags::RDONLY) else {
+                continue;
+            };
+            // Writers create and lock their file under the shared store lock, which we hold
+            // exclusively: an unlocked `.part` here has no living writer.
+            if f.try_lock().is_ok() {
+                if rustix::fs::unlinkat(&self.tmp_fd, raw.as_slice(), AtFlags::empty()).is_ok() {
+                    removed.push(String::from_utf8_lossy(&raw).into_owned());
+                }
+                let _ = f.unlock();
+            }
+        }
+        removed
+    }
+}

@@ -17,7 +17,15 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use crate::config::Config;
-use crate::log::create_private_dir;
+
+/// `mkdir -p` with mode 0700 for what it creates.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE)
+        .create(dir)
+}
 
 /// The mode a folder found too open is given.
 const PRIVATE: u32 = 0o700;

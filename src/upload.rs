@@ -11,13 +11,13 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_util::Stream;
 use serde_json::json;
-use subtle::ConstantTimeEq;
 
+use crate::app::{App, bearer_matches};
 use crate::error::ApiError;
 use crate::http::{Body, Request, Response};
 use crate::liens::{self, UploadId};
+use crate::log::quoted;
 use crate::names::Name;
-use crate::router::App;
 use crate::store::{Published, StoreError};
 
 /// How many bytes multer may take from the body without handing anything back (part headers,
@@ -26,58 +26,22 @@ const MAX_UNPRODUCTIVE_BYTES: usize = 1024 * 1024;
 
 /// Handles one upload; every outcome is logged.
 pub async fn handle(app: &App, req: &mut Request) -> Response {
-    if let Err(e) = app.store.sweep() {
-        app.log.line(&format!("balayage impossible : {e}"));
-    }
+    app.sweep();
     match upload(app, req).await {
         Ok((name, published)) => {
-            app.log.line(&format!(
-                "POST /upload.php — dépôt \"{}\" ({} octets) — OK",
-                crate::log::quoted(name.as_str()),
+            app.log.ok(&format!(
+                "POST /upload.php — dépôt \"{}\" ({} octets)",
+                quoted(name.as_str()),
                 published.sidecar.taille_octets
             ));
             success(app, &name, &published)
         }
         Err(e) => {
-            let detail = match &e {
-                ApiError::StockagePlein(d) | ApiError::ErreurInterne(d) => format!(" ({d})"),
-                ApiError::RequeteInvalide(d) => format!(" ({d})"),
-                _ => String::new(),
-            };
-            app.log.line(&format!(
-                "POST /upload.php — {}{detail} — REFUSÉ",
-                refusal_words(&e)
-            ));
+            app.log
+                .refused(&format!("POST /upload.php — {}", e.log_words(req.method())));
             e.to_response()
         }
     }
-}
-
-/// The log's words for a refusal.
-fn refusal_words(e: &ApiError) -> String {
-    match e {
-        ApiError::TokenInvalide => "token invalide".into(),
-        ApiError::FichierAbsent => "fichier absent".into(),
-        ApiError::RequeteInvalide(_) => "requête invalide".into(),
-        ApiError::NomInvalide(why) => format!("nom invalide : {why}"),
-        ApiError::FichierTropVolumineux(_) => "fichier trop volumineux".into(),
-        ApiError::MethodeNonAutorisee(_) => "méthode non autorisée".into(),
-        ApiError::StockagePlein(_) => "stockage plein".into(),
-        other => other.code().replace('_', " "),
-    }
-}
-
-/// `Authorization: Bearer <token_acces>`, scheme case-insensitive, compared in constant time.
-pub fn bearer_matches(header: Option<&str>, token: &str) -> bool {
-    let Some(h) = header else { return false };
-    let h = h.trim();
-    let Some((scheme, rest)) = h.split_once(' ') else {
-        return false;
-    };
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return false;
-    }
-    rest.trim().as_bytes().ct_eq(token.as_bytes()).into()
 }
 
 async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiError> {
@@ -137,14 +101,14 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
                 continue;
             }
         };
-        let mut up = app.store.begin_upload().map_err(store_error)?;
+        let mut up = app.store.begin_upload()?;
         while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
             progress.produced();
             up.write(&chunk).map_err(|e| match e {
                 StoreError::TooLarge => {
                     ApiError::FichierTropVolumineux(app.cfg.taille_max_fichier_octets)
                 }
-                other => store_error(other),
+                other => other.into(),
             })?;
         }
         found = Some((name, up));
@@ -157,7 +121,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     };
     // fsync and renames. Run inline: under mod_fcgid a process serves one request at a time, and
     // the fsync is what makes the published file durable before the 200.
-    let published = up.publish(&app.store, &name).map_err(store_error)?;
+    let published = up.publish(&app.store, &name)?;
     Ok((name, published))
 }
 
@@ -260,14 +224,6 @@ fn multipart_error(e: multer::Error) -> ApiError {
     }
 }
 
-fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Full(why) => ApiError::StockagePlein(why),
-        StoreError::TooLarge => ApiError::FichierTropVolumineux(0),
-        StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
-    }
-}
-
 /// The success reply: the five fields of the contract, then `sha256`, `expire_a` and
 /// `expire_si_inactif_dans_secondes`.
 fn success(app: &App, name: &Name, p: &Published) -> Response {
@@ -355,17 +311,6 @@ impl Stream for GuardedBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bearer() {
-        let t = "0123456789abcdef0123456789abcdef";
-        assert!(bearer_matches(Some(&format!("Bearer {t}")), t));
-        assert!(bearer_matches(Some(&format!("bEaReR  {t} ")), t));
-        assert!(!bearer_matches(Some(&format!("Basic {t}")), t));
-        assert!(!bearer_matches(Some("Bearer"), t));
-        assert!(!bearer_matches(Some(&format!("Bearer {t}x")), t));
-        assert!(!bearer_matches(None, t));
-    }
 
     #[test]
     fn disposition() {

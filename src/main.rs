@@ -79,7 +79,7 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
             path.display()
         );
     }
-    let (lines, refused) = depot_fichiers::folders::report(cfg);
+    let (lines, refused) = depot_fichiers::folders::report(&cfg.dossier_fichiers, &cfg.dossier_log);
     for line in &lines {
         outln!("{line}");
     }

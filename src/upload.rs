@@ -2,10 +2,11 @@
 //! to a temporary file with the size limit checked as bytes arrive → name → atomic publication →
 //! JSON reply → log line.
 
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -61,12 +62,18 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
         body,
         progress: progress.clone(),
     };
+    let delimiter = format!("--{boundary}");
     let mut multipart = multer::Multipart::new(stream, boundary);
 
     let mut found: Option<(Name, crate::store::Upload)> = None;
     let mut name_error = None;
     loop {
-        let field = multipart.next_field().await.map_err(multipart_error)?;
+        let field = multipart.next_field().await.map_err(|e| match e {
+            multer::Error::ReadHeaderFailed(_) => {
+                header_error(e, &progress.recent_bytes(), delimiter.as_bytes())
+            }
+            other => multipart_error(other),
+        })?;
         progress.produced();
         let Some(mut field) = field else { break };
         let disposition = field
@@ -210,6 +217,47 @@ fn decode_ext_value(v: &[u8]) -> Option<Vec<u8>> {
     Some(percent_encoding::percent_decode(value).collect())
 }
 
+/// multer refused a part's header block, for instance because a header holds a byte no header
+/// may hold (NUL, another control byte, DEL). When the file name of the `fichier` part is what
+/// makes it fail, the answer is the name's (contract §2.1, §5: every rejected name is
+/// `nom_invalide`); otherwise the body is malformed. `recent` ends with the refused header block,
+/// after the last `delimiter`.
+fn header_error(e: multer::Error, recent: &[u8], delimiter: &[u8]) -> ApiError {
+    let Some(start) = recent
+        .windows(delimiter.len())
+        .rposition(|w| w == delimiter)
+    else {
+        return multipart_error(e);
+    };
+    let block = &recent[start + delimiter.len()..];
+    let block = match block.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(end) => &block[..end],
+        None => block,
+    };
+    for line in block.split(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        if !line[..colon]
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"content-disposition")
+        {
+            continue;
+        }
+        let d = parse_disposition(
+            line[colon + 1..]
+                .strip_suffix(b"\r")
+                .unwrap_or(&line[colon + 1..]),
+        );
+        if d.name.as_deref() == Some(&b"fichier"[..])
+            && let Some(Err(why)) = d.filename.as_deref().map(Name::parse)
+        {
+            return ApiError::NomInvalide(why);
+        }
+    }
+    multipart_error(e)
+}
+
 fn multipart_error(e: multer::Error) -> ApiError {
     match e {
         multer::Error::StreamReadFailed(inner) => {
@@ -259,9 +307,33 @@ struct Progress {
     taken: AtomicUsize,
     /// The guard already paused once at the limit since multer last produced something.
     paused: AtomicBool,
+    /// The last chunks handed to multer, at least [`RECENT_BYTES`] when there were that many
+    /// (shared, not copied): what [`header_byte_error`] reads when multer refuses a header.
+    recent: Mutex<(VecDeque<Bytes>, usize)>,
 }
 
+/// How many of the last bytes handed to multer are kept for [`header_byte_error`].
+const RECENT_BYTES: usize = 64 * 1024;
+
 impl Progress {
+    /// Remembers a chunk handed to multer, forgetting the chunks older than [`RECENT_BYTES`].
+    fn handed(&self, chunk: &Bytes) {
+        let mut guard = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let (recent, kept) = &mut *guard;
+        recent.push_back(chunk.clone());
+        *kept += chunk.len();
+        while recent.len() > 1 && *kept - recent[0].len() >= RECENT_BYTES {
+            *kept -= recent[0].len();
+            recent.pop_front();
+        }
+    }
+
+    /// The bytes of [`Progress::handed`], in one piece.
+    fn recent_bytes(&self) -> Vec<u8> {
+        let guard = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        guard.0.iter().flat_map(|b| b.iter().copied()).collect()
+    }
+
     /// Called by the upload loop each time multer hands back a field or a chunk of field data.
     fn produced(&self) {
         self.taken.store(0, Ordering::Relaxed);
@@ -303,6 +375,7 @@ impl Stream for GuardedBody {
         let r = Pin::new(&mut self.body).poll_next(cx);
         if let Poll::Ready(Some(Ok(b))) = &r {
             self.progress.taken.fetch_add(b.len(), Ordering::Relaxed);
+            self.progress.handed(b);
         }
         r
     }

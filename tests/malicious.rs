@@ -121,6 +121,10 @@ impl Server {
             .unwrap()
     }
 
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("log/depot-fichiers.log")).unwrap_or_default()
+    }
+
     fn no_part_left(&self, row: &str) {
         if let Ok(rd) = std::fs::read_dir(self.files.join(".tmp")) {
             for e in rd.flatten() {
@@ -432,12 +436,54 @@ const TABLE: &[Row] = &[
         let r = upload(s, &multipart_ct(), &b);
         assert_api_error("crlf filename*", &r, 400, &["nom_invalide"]);
     }),
-    ("bare CR in a quoted filename → 400", |s| {
+    ("bare CR in a quoted filename → 400 nom_invalide", |s| {
         let mut b = part("form-data; name=\"fichier\"; filename=\"a\rb.txt\"", b"a");
         b.extend(end());
         let r = upload(s, &multipart_ct(), &b);
-        assert_api_error("bare cr", &r, 400, &["nom_invalide", "requete_invalide"]);
+        assert_api_error("bare cr", &r, 400, &["nom_invalide"]);
     }),
+    (
+        "raw control byte (NUL, 0x01, 0x1f, DEL) in a quoted filename → 400 nom_invalide",
+        |s| {
+            // multer refuses such a part header whole; the answer is still the name's
+            // (contract §2.1, §5), after a text field and after 100 kB of another part too.
+            for byte in ['\0', '\x01', '\x1f', '\x7f'] {
+                let row = format!("control byte {:#04x}", byte as u32);
+                let bad = format!("form-data; name=\"fichier\"; filename=\"a{byte}b.txt\"");
+                for before in [b"".as_slice(), b"x", &[b'y'; 100_000]] {
+                    let mut b = Vec::new();
+                    if !before.is_empty() {
+                        b.extend(part(r#"form-data; name="note""#, before));
+                    }
+                    b.extend(part(&bad, b"contenu"));
+                    b.extend(end());
+                    let r = upload(s, &multipart_ct(), &b);
+                    assert_api_error(&row, &r, 400, &["nom_invalide"]);
+                    let v = json(&r);
+                    assert!(
+                        v["message"]
+                            .as_str()
+                            .unwrap()
+                            .contains("caractère de contrôle"),
+                        "{row}: {v}"
+                    );
+                }
+                s.no_part_left(&row);
+            }
+            // The same byte in another header of the part is a malformed body, not a name.
+            let b = format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; \
+                 filename=\"a.txt\"\r\nX-Autre: a\0b\r\n\r\ncontenu\r\n--{BOUNDARY}--\r\n"
+            );
+            let r = upload(s, &multipart_ct(), b.as_bytes());
+            assert_api_error("control byte elsewhere", &r, 400, &["requete_invalide"]);
+            let log = s.log_text();
+            assert!(
+                log.contains("POST /upload.php — nom invalide : le nom de fichier contient un caractère de contrôle — REFUSÉ"),
+                "{log}"
+            );
+        },
+    ),
     (
         "quotes and backslashes in the name → one escaped Content-Disposition line",
         |s| {

@@ -69,7 +69,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     let mut name_error = None;
     loop {
         let field = multipart.next_field().await.map_err(|e| match e {
-            multer::Error::ReadHeaderFailed(_) => {
+            multer::Error::ReadHeaderFailed(_) | multer::Error::DecodeHeaderValue { .. } => {
                 header_error(e, &progress.recent_bytes(), delimiter.as_bytes())
             }
             other => multipart_error(other),
@@ -220,42 +220,50 @@ fn decode_ext_value(v: &[u8]) -> Option<Vec<u8>> {
 /// multer refused a part's header block, for instance because a header holds a byte no header
 /// may hold (NUL, another control byte, DEL). When the file name of the `fichier` part is what
 /// makes it fail, the answer is the name's (contract §2.1, §5: every rejected name is
-/// `nom_invalide`); otherwise the body is malformed. `recent` ends with the refused header block,
-/// after the last `delimiter`.
+/// `nom_invalide`); otherwise the body is malformed.
+///
+/// `recent` holds the last bytes handed to multer, the refused block among them: the blocks
+/// before it were parsed, so it is the first one after a `delimiter` that holds such a byte.
 fn header_error(e: multer::Error, recent: &[u8], delimiter: &[u8]) -> ApiError {
-    let Some(start) = recent
-        .windows(delimiter.len())
-        .rposition(|w| w == delimiter)
-    else {
-        return multipart_error(e);
-    };
-    let block = &recent[start + delimiter.len()..];
-    let block = match block.windows(4).position(|w| w == b"\r\n\r\n") {
-        Some(end) => &block[..end],
-        None => block,
-    };
-    for line in block.split(|&b| b == b'\n') {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
+    let mut rest = recent;
+    while let Some(at) = rest.windows(delimiter.len()).position(|w| w == delimiter) {
+        rest = &rest[at + delimiter.len()..];
+        let block = match rest.windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(end) => &rest[..end],
+            None => rest,
         };
-        if !line[..colon]
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"content-disposition")
-        {
+        if !block.split(|&b| b == b'\n').any(refused_in_header) {
             continue;
         }
-        let d = parse_disposition(
-            line[colon + 1..]
-                .strip_suffix(b"\r")
-                .unwrap_or(&line[colon + 1..]),
-        );
-        if d.name.as_deref() == Some(&b"fichier"[..])
-            && let Some(Err(why)) = d.filename.as_deref().map(Name::parse)
-        {
-            return ApiError::NomInvalide(why);
+        for line in block.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let (key, value) = (&line[..colon], &line[colon + 1..]);
+            if !key
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"content-disposition")
+            {
+                continue;
+            }
+            let d = parse_disposition(value);
+            if d.name.as_deref() == Some(&b"fichier"[..])
+                && let Some(Err(why)) = d.filename.as_deref().map(Name::parse)
+            {
+                return ApiError::NomInvalide(why);
+            }
         }
+        break;
     }
     multipart_error(e)
+}
+
+/// Does this line of a part's header block (split at `\n`) hold a byte no header may hold: a
+/// control byte other than tab, DEL, or a carriage return that does not end the line?
+fn refused_in_header(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
 }
 
 fn multipart_error(e: multer::Error) -> ApiError {
@@ -384,6 +392,26 @@ impl Stream for GuardedBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_control_byte_in_the_file_name_is_the_names_error() {
+        let err = |body: &[u8]| header_error(multer::Error::IncompleteStream, body, b"--XX");
+        let nul = b"--XX\r\nContent-Disposition: form-data; name=\"fichier\"; \
+                    filename=\"a\0b.txt\"\r\n\r\ndata\r\n--XX--\r\n";
+        assert!(matches!(err(nul), ApiError::NomInvalide(_)));
+        // After a part multer parsed, and with the window starting inside the data.
+        let after = b"ta\r\n--XX\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nx\r\n\
+                      --XX\r\ncontent-disposition: form-data; name=\"fichier\"; \
+                      filename=\"a\x7fb\"\r\n\r\ndata\r\n--XX--\r\n";
+        assert!(matches!(err(after), ApiError::NomInvalide(_)));
+        // The byte elsewhere, or in the name of another field: a malformed body.
+        let elsewhere = b"--XX\r\nContent-Disposition: form-data; name=\"fichier\"; \
+                          filename=\"a.txt\"\r\nX-Autre: \x01\r\n\r\ndata\r\n--XX--\r\n";
+        assert!(matches!(err(elsewhere), ApiError::RequeteInvalide(_)));
+        let other = b"--XX\r\nContent-Disposition: form-data; name=\"autre\"; \
+                      filename=\"a\x01b\"\r\n\r\ndata\r\n--XX--\r\n";
+        assert!(matches!(err(other), ApiError::RequeteInvalide(_)));
+    }
 
     #[test]
     fn disposition() {

@@ -611,6 +611,38 @@ const TABLE: &[Row] = &[
         let b = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"p\xffing\"}";
         assert_rpc_error("bad utf-8", &mcp(s, b), 400, -32700);
     }),
+    (
+        "MCP refusals of the authorization → one log line each, by the MCP handler",
+        |s| {
+            let post = |auth: Option<&str>| {
+                let mut p = vec![
+                    ("REQUEST_METHOD", "POST"),
+                    ("SCRIPT_NAME", "/mcp.php"),
+                    ("REQUEST_URI", "/mcp.php"),
+                    ("CONTENT_TYPE", "application/json"),
+                ];
+                p.extend(auth.map(|a| ("HTTP_AUTHORIZATION", a)));
+                s.request(&p, b"{}")
+            };
+            let lines = [
+                "POST /mcp.php — token absent — REFUSÉ",
+                "POST /mcp.php — en-tête Authorization invalide (",
+                "POST /mcp.php — token invalide (inactif) [token tok-…] — REFUSÉ",
+            ];
+            let before: Vec<usize> = lines
+                .iter()
+                .map(|l| s.log_text().matches(l).count())
+                .collect();
+            assert_eq!(post(None).status, 401);
+            assert_eq!(post(Some("Basic eDp5")).status, 400);
+            let inactive = format!("Bearer {}", introspection::TOK_INACTIVE);
+            assert_eq!(post(Some(&inactive)).status, 401);
+            let log = s.log_text();
+            for (line, n) in lines.iter().zip(before) {
+                assert_eq!(log.matches(line).count(), n + 1, "{line}\n{log}");
+            }
+        },
+    ),
     ("900 kB bearer token → 401", |s| {
         let auth = format!("Bearer {}", "t".repeat(900_000));
         let r = s.request(

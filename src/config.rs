@@ -674,6 +674,8 @@ oauth_client_secret = "s3cr3t-s3cr3t"
     }
 }
 
+// Kept after the tests so that the table of keys above can change without touching it.
+#[allow(clippy::items_after_test_module)]
 impl Config {
     /// The URL of this resource's RFC 9728 metadata, path-suffixed with `mcp.php` (contract
     /// §2.4): what the `WWW-Authenticate` challenges give in `resource_metadata`.

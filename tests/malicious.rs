@@ -643,6 +643,27 @@ const TABLE: &[Row] = &[
             }
         },
     ),
+    ("HEAD on every endpoint → the status, no body", |s| {
+        // The router drops the body of every HEAD answer, whatever the endpoint (contract §2).
+        for (script, status) in [
+            ("/upload.php", 405),
+            ("/mcp.php", 405),
+            ("/download.php", 401),
+            ("/.well-known/oauth-protected-resource", 200),
+            ("/autre.php", 404),
+        ] {
+            let r = s.request(
+                &[
+                    ("REQUEST_METHOD", "HEAD"),
+                    ("SCRIPT_NAME", script),
+                    ("REQUEST_URI", script),
+                ],
+                b"",
+            );
+            assert_eq!(r.status, status, "HEAD {script}");
+            assert!(r.body.is_empty(), "HEAD {script}: {}", r.text());
+        }
+    }),
     ("900 kB bearer token → 401", |s| {
         let auth = format!("Bearer {}", "t".repeat(900_000));
         let r = s.request(

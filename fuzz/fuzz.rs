@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use depot_fichiers::app::App;
 use depot_fichiers::config;
 use depot_fichiers::fastcgi::record::{self, DecodeError};
 use depot_fichiers::fastcgi::{ConnConfig, Handler, serve_connection};
@@ -20,7 +21,7 @@ use depot_fichiers::liens::UploadId;
 use depot_fichiers::mcp::protocol::{self, Ctx, McpHeaders, Reply};
 use depot_fichiers::mcp::tool::{FileOutcome, Mode, ToolCtx};
 use depot_fichiers::names::{self, MAX_NAME_BYTES, Name};
-use depot_fichiers::router::{self, App};
+use depot_fichiers::router;
 use harness::{Target, fuzz};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -673,3 +673,16 @@ oauth_client_secret = "s3cr3t-s3cr3t"
         assert!(c.dossier_fichiers.is_absolute());
     }
 }
+
+// Kept after the tests so that the table of keys above can change without touching it.
+#[allow(clippy::items_after_test_module)]
+impl Config {
+    /// The URL of this resource's RFC 9728 metadata, path-suffixed with `mcp.php` (contract
+    /// §2.4): what the `WWW-Authenticate` challenges give in `resource_metadata`.
+    pub fn resource_metadata_url(&self) -> String {
+        format!(
+            "{}/.well-known/oauth-protected-resource/mcp.php",
+            self.url_base
+        )
+    }
+}

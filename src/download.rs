@@ -2,21 +2,17 @@
 //! alive, with its sidecar → whole file or a single byte range. The mtime is set to now once the
 //! bytes have all been handed to the web server (HEAD and 416 do not count as downloads).
 
-use subtle::ConstantTimeEq;
-
+use crate::app::{App, token_matches};
 use crate::error::ApiError;
 use crate::http::{Request, Response, ResponseBody};
 use crate::liens::{self, UploadId};
 use crate::log::quoted;
 use crate::names::{Name, query_param};
-use crate::router::App;
 use crate::store::{Found, now_secs};
 
 /// Handles one download; every outcome is logged.
 pub fn handle(app: &App, req: &Request) -> Response {
-    if let Err(e) = app.store.sweep() {
-        app.log.line(&format!("balayage impossible : {e}"));
-    }
+    app.sweep();
     let method = req.method();
     let head = method == "HEAD";
     let verb = if head { "HEAD" } else { "GET" };
@@ -30,29 +26,21 @@ pub fn handle(app: &App, req: &Request) -> Response {
             let range = range
                 .map(|(a, b)| format!(" (octets {a}-{b})"))
                 .unwrap_or_default();
-            app.log.line(&format!(
-                "{verb} /download.php — {what} \"{}\"{range} — OK",
+            app.log.ok(&format!(
+                "{verb} /download.php — {what} \"{}\"{range}",
                 quoted(name.as_str())
             ));
-            if head { resp.head_only() } else { resp }
+            resp
         }
         Err(e) => {
-            let words = match &e {
-                ApiError::TokenInvalide => "token invalide".to_string(),
-                ApiError::NomInvalide(why) => format!("nom invalide : {why}"),
-                ApiError::FichierIntrouvable => "fichier introuvable ou expiré".to_string(),
-                ApiError::PlageInvalide(_) => "plage invalide".to_string(),
-                ApiError::MethodeNonAutorisee(_) => format!("méthode {method} non autorisée"),
-                ApiError::ErreurInterne(d) => format!("erreur interne ({d})"),
-                other => other.code().to_string(),
-            };
             let name = query_param(req.query(), "fichier")
                 .map(|n| format!(" \"{}\"", quoted(n)))
                 .unwrap_or_default();
-            app.log
-                .line(&format!("{verb} /download.php{name} — {words} — REFUSÉ"));
-            let r = e.to_response();
-            if head { r.head_only() } else { r }
+            app.log.refused(&format!(
+                "{verb} /download.php{name} — {}",
+                e.log_words(method)
+            ));
+            e.to_response()
         }
     }
 }
@@ -69,8 +57,7 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
     let (name, link) = authorise(app, &token, &raw)?;
     let found = app
         .store
-        .lookup(&name)
-        .map_err(|e| ApiError::ErreurInterne(e.to_string()))?
+        .lookup(&name)?
         .ok_or(ApiError::FichierIntrouvable)?;
     if let Some(upload) = link
         && upload != UploadId::of(&found.sidecar, found.ino)
@@ -138,8 +125,7 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
 /// (`Some(upload)`, compared with the sidecar after the look-up). Anything else is refused
 /// before the store is looked at, so a forged capability cannot probe which names exist.
 fn authorise(app: &App, token: &[u8], raw: &[u8]) -> Result<(Name, Option<UploadId>), ApiError> {
-    let full: bool = token.ct_eq(app.cfg.token_acces.as_bytes()).into();
-    if full {
+    if token_matches(token, &app.cfg.token_acces) {
         return Ok((Name::parse(raw)?, None));
     }
     if !app.cfg.liens_par_fichier {

@@ -4,7 +4,9 @@
 use serde_json::json;
 
 use crate::http::Response;
+use crate::log::quoted;
 use crate::names::NameError;
+use crate::store::StoreError;
 
 /// Everything that can go wrong on `/upload.php` and `/download.php`.
 #[derive(Debug)]
@@ -78,6 +80,23 @@ impl ApiError {
         }
     }
 
+    /// The log's words for this refusal (contract §8), with the internal detail the client is
+    /// not told; `method` is the request's, named when it is the reason.
+    pub fn log_words(&self, method: &str) -> String {
+        match self {
+            ApiError::TokenInvalide => "token invalide".into(),
+            ApiError::FichierAbsent => "fichier absent".into(),
+            ApiError::RequeteInvalide(d) => format!("requête invalide ({d})"),
+            ApiError::NomInvalide(why) => format!("nom invalide : {why}"),
+            ApiError::FichierTropVolumineux(_) => "fichier trop volumineux".into(),
+            ApiError::FichierIntrouvable => "fichier introuvable ou expiré".into(),
+            ApiError::MethodeNonAutorisee(_) => format!("méthode {} non autorisée", quoted(method)),
+            ApiError::PlageInvalide(_) => "plage invalide".into(),
+            ApiError::StockagePlein(d) => format!("stockage plein ({d})"),
+            ApiError::ErreurInterne(d) => format!("erreur interne ({d})"),
+        }
+    }
+
     /// The HTTP answer: status, JSON body, and the headers some statuses require.
     pub fn to_response(&self) -> Response {
         let body = json!({"succes": false, "erreur": self.code(), "message": self.message()});
@@ -96,6 +115,16 @@ impl ApiError {
 impl From<NameError> for ApiError {
     fn from(e: NameError) -> Self {
         ApiError::NomInvalide(e)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Full(why) => ApiError::StockagePlein(why),
+            StoreError::TooLarge { max } => ApiError::FichierTropVolumineux(max),
+            StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
+        }
     }
 }
 

@@ -16,8 +16,14 @@ use std::path::Path;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use crate::config::Config;
-use crate::log::create_private_dir;
+/// `mkdir -p` with mode 0700 for what it creates.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE)
+        .create(dir)
+}
 
 /// The mode a folder found too open is given.
 const PRIVATE: u32 = 0o700;
@@ -77,9 +83,9 @@ pub fn inspect(path: &Path) -> Finding {
     }
 }
 
-/// The `check-config` report on the four folders: lines to print, and whether one is refused.
-pub fn report(cfg: &Config) -> (Vec<String>, bool) {
-    let root = &cfg.dossier_fichiers;
+/// The `check-config` report on the four folders (the store `root` with its `.meta` and `.tmp`,
+/// the log folder `log_dir`): lines to print, and whether one is refused.
+pub fn report(root: &Path, log_dir: &Path) -> (Vec<String>, bool) {
     let mut lines = Vec::new();
     let mut refused = false;
     let mut note = |key: &str, path: &Path| -> Finding {
@@ -109,7 +115,7 @@ pub fn report(cfg: &Config) -> (Vec<String>, bool) {
         note("dossier_fichiers", &root.join(".meta"));
         note("dossier_fichiers", &root.join(".tmp"));
     }
-    note("dossier_log", &cfg.dossier_log);
+    note("dossier_log", log_dir);
     (lines, refused)
 }
 

@@ -2,6 +2,7 @@
 //!
 //! See `ARCHITECTURE.md` for the map of a request's path from the socket to the disk.
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod consignes;

@@ -76,6 +76,21 @@ pub fn quoted(text: impl AsRef<[u8]>) -> String {
         .join("\\u{2014}")
 }
 
+/// The shape of a line that reports a success (contract §8): `<what> — OK`.
+pub fn ok_line(what: &str) -> String {
+    format!("{what} — OK")
+}
+
+/// The shape of a line that reports a refusal (contract §8): `<what> — REFUSÉ`.
+pub fn refused_line(what: &str) -> String {
+    format!("{what} — REFUSÉ")
+}
+
+/// The shape of a line that reports a failure of the program itself: `<what> — ERREUR`.
+pub fn error_line(what: &str) -> String {
+    format!("{what} — ERREUR")
+}
+
 /// A query string with the value of `token=` redacted.
 pub fn redact_query(query: &str) -> String {
     query
@@ -157,6 +172,21 @@ impl Log {
         }
     }
 
+    /// A success: [`ok_line`].
+    pub fn ok(&self, what: &str) {
+        self.line(&ok_line(what));
+    }
+
+    /// A refusal: [`refused_line`].
+    pub fn refused(&self, what: &str) {
+        self.line(&refused_line(what));
+    }
+
+    /// A failure of the program itself: [`error_line`].
+    pub fn error(&self, what: &str) {
+        self.line(&error_line(what));
+    }
+
     /// Only with `debug = true`.
     pub fn debug(&self, text: &str) {
         if self.debug {
@@ -210,15 +240,6 @@ impl Log {
         }
         live.unlock()
     }
-}
-
-/// `mkdir -p` with mode 0700 for what it creates.
-pub fn create_private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }
 
 #[cfg(test)]

@@ -7,10 +7,11 @@ use std::rc::Rc;
 
 use clap::Parser;
 
+use depot_fichiers::app::App;
 use depot_fichiers::cli::{Cli, Command};
 use depot_fichiers::config::{self, Config};
 use depot_fichiers::http::Request;
-use depot_fichiers::router::{self, App};
+use depot_fichiers::router;
 use depot_fichiers::{consignes, fastcgi};
 
 /// `println!` that ignores a closed stdout (`depot-fichiers … consignes | head`).
@@ -78,7 +79,7 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
             path.display()
         );
     }
-    let (lines, refused) = depot_fichiers::folders::report(cfg);
+    let (lines, refused) = depot_fichiers::folders::report(&cfg.dossier_fichiers, &cfg.dossier_log);
     for line in &lines {
         outln!("{line}");
     }

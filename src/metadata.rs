@@ -3,10 +3,10 @@
 
 use serde_json::json;
 
+use crate::app::App;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::http::{Request, Response};
-use crate::router::App;
 
 /// The metadata document.
 pub fn document(cfg: &Config) -> serde_json::Value {
@@ -23,24 +23,15 @@ pub fn document(cfg: &Config) -> serde_json::Value {
     })
 }
 
-/// The URL given in `resource_metadata` of the `WWW-Authenticate` challenges.
-pub fn path_suffixed_url(cfg: &Config) -> String {
-    format!(
-        "{}/.well-known/oauth-protected-resource/mcp.php",
-        cfg.url_base
-    )
-}
-
 pub fn handle(app: &App, req: &Request) -> Response {
     let method = req.method();
     if method != "GET" && method != "HEAD" {
         return ApiError::MethodeNonAutorisee("GET, HEAD").to_response();
     }
-    let r = Response::json(200, &document(&app.cfg))
+    Response::json(200, &document(&app.cfg))
         .header("Cache-Control", "public, max-age=3600")
         .header("Access-Control-Allow-Origin", "*")
-        .header("X-Content-Type-Options", "nosniff");
-    if method == "HEAD" { r.head_only() } else { r }
+        .header("X-Content-Type-Options", "nosniff")
 }
 
 #[cfg(test)]

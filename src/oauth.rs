@@ -16,7 +16,6 @@ use crate::config::Config;
 use crate::http::Response;
 use crate::log::Log;
 use crate::log::{quoted, redact};
-use crate::metadata::path_suffixed_url;
 
 /// Token types an access token may announce in the introspection answer (case-insensitive).
 const ACCESS_TOKEN_TYPES: &[&str] = &[
@@ -82,6 +81,15 @@ impl AuthError {
         }
     }
 
+    /// The log's words for this refusal: [`AuthError::reason`], and the token of the
+    /// `Authorization` header redacted when there was one to check.
+    pub fn log_words(&self, authorization: Option<&str>) -> String {
+        match extract_bearer(authorization) {
+            Ok(token) => format!("{} [token {}]", self.reason(), redact(token)),
+            Err(_) => self.reason(),
+        }
+    }
+
     /// The French sentence of the JSON body.
     fn message(&self) -> &'static str {
         match self {
@@ -103,7 +111,7 @@ impl AuthError {
 
     /// The `WWW-Authenticate` value, `None` for a 503 (the caller's token is not at fault).
     pub fn challenge(&self, cfg: &Config) -> Option<String> {
-        let rm = format!("resource_metadata=\"{}\"", path_suffixed_url(cfg));
+        let rm = format!("resource_metadata=\"{}\"", cfg.resource_metadata_url());
         let scope = (!cfg.oauth_scope_requis.is_empty())
             .then(|| format!("scope=\"{}\"", cfg.oauth_scope_requis));
         let parts: Vec<String> = match self {
@@ -454,35 +462,18 @@ pub async fn introspect(
     }
 }
 
-/// The whole check of contract §7 for one request, given its `Authorization` header.
-/// Refusals are logged here (one line each, the token redacted).
+/// The whole check of contract §7 for one request, given its `Authorization` header. The
+/// caller logs a refusal ([`AuthError::log_words`]); `log` only gets the debug lines of the
+/// introspection.
 pub async fn authorize(
     cfg: &Config,
     log: &Log,
     authorization: Option<&str>,
 ) -> Result<TokenInfo, AuthError> {
-    let token = match extract_bearer(authorization) {
-        Ok(t) => t,
-        Err(e) => {
-            log.line(&format!("POST /mcp.php — {} — REFUSÉ", e.reason()));
-            return Err(e);
-        }
-    };
-    let result = match introspect(cfg, log, token).await {
-        Ok(answer) => {
-            let now = jiff::Timestamp::now().as_second();
-            check_introspection(cfg, &answer, now)
-        }
-        Err(e) => Err(e),
-    };
-    if let Err(e) = &result {
-        log.line(&format!(
-            "POST /mcp.php — {} [token {}] — REFUSÉ",
-            e.reason(),
-            redact(token)
-        ));
-    }
-    result
+    let token = extract_bearer(authorization)?;
+    let answer = introspect(cfg, log, token).await?;
+    let now = jiff::Timestamp::now().as_second();
+    check_introspection(cfg, &answer, now)
 }
 
 #[cfg(test)]
@@ -771,11 +762,13 @@ mod tests {
         auth(is::TOK_ACTIVE).unwrap();
         assert_eq!(server.recorded().len(), before + 2);
 
-        let text = log_text(dir.path());
-        assert!(
-            text.contains("token invalide (inactif) [token tok-…] — REFUSÉ"),
-            "{text}"
+        let header = format!("Bearer {}", is::TOK_INACTIVE);
+        let e = auth(is::TOK_INACTIVE).unwrap_err();
+        assert_eq!(
+            e.log_words(Some(&header)),
+            "token invalide (inactif) [token tok-…]"
         );
+        let text = log_text(dir.path());
         assert!(text.contains("DEBUG introspection : HTTP 200"), "{text}");
         assert!(!text.contains("tok-active\""), "{text}");
         assert!(!text.contains(is::CLIENT_SECRET), "{text}");
@@ -821,11 +814,12 @@ mod tests {
         assert_eq!(r.status, 503);
         assert_eq!(r.get_header("Retry-After"), Some("5"));
         assert!(r.get_header("WWW-Authenticate").is_none());
-        let text = log_text(dir.path());
+        let words = e.log_words(Some("Bearer tok-active"));
         assert!(
-            text.contains("introspection impossible (réponse HTTP 401"),
-            "{text}"
+            words.contains("introspection impossible (réponse HTTP 401"),
+            "{words}"
         );
+        let text = log_text(dir.path()) + &words;
         assert!(
             !text.contains("pas-le-bon-secret") && !text.contains("tok-active"),
             "{text}"
@@ -867,7 +861,7 @@ mod tests {
             matches!(&e, AuthError::Unavailable(w) if w.contains("injoignable")),
             "{e:?}"
         );
-        assert!(log_text(dir.path()).contains("introspection impossible"));
+        assert!(e.reason().starts_with("introspection impossible"), "{e:?}");
     }
 
     #[test]
@@ -884,10 +878,10 @@ mod tests {
             rt.block_on(authorize(&cfg, &log, Some("Basic eDp5"))),
             Err(AuthError::InvalidRequest(_))
         ));
-        let text = log_text(dir.path());
-        assert!(
-            text.contains("POST /mcp.php — token absent — REFUSÉ"),
-            "{text}"
+        assert_eq!(AuthError::Missing.log_words(None), "token absent");
+        assert_eq!(
+            AuthError::InvalidRequest("x".into()).log_words(Some("Basic eDp5")),
+            "en-tête Authorization invalide (x)"
         );
     }
 }

@@ -1,53 +1,10 @@
-//! The per-process application state and the dispatch of a request to its endpoint (contract §2).
+//! The dispatch of a request to its endpoint (contract §2), and what every answer gets after it:
+//! a `HEAD` request is answered without body, whatever the endpoint.
 
-use crate::config::Config;
-use crate::folders::{self, FolderError};
+use crate::app::App;
+use crate::error::ApiError;
 use crate::http::{Request, Response};
-use crate::log::Log;
-use crate::store::Store;
 use crate::{download, mcp, metadata, upload};
-
-/// What a process loads once and every request shares.
-pub struct App {
-    pub cfg: Config,
-    pub store: Store,
-    pub log: Log,
-}
-
-impl App {
-    /// Opens the store and the log, checking their folders (see [`crate::folders`]): created
-    /// 0700 when missing, tightened to 0700 when writable by others (said in the log and on
-    /// stderr), refused when a symbolic link or another user's.
-    pub fn new(cfg: Config) -> std::io::Result<App> {
-        let mut notes = Vec::new();
-        let store = Store::open(&cfg, &mut notes)?;
-        // A log folder that is refused stops the process; one that merely cannot be opened
-        // (read-only, permissions) does not: a log that cannot be written never stops a request.
-        let log_dir = match folders::open_private(&cfg.dossier_log) {
-            Ok(o) => {
-                notes.extend(o.note(&cfg.dossier_log));
-                Some(o.fd)
-            }
-            Err(e @ FolderError::Refused(_)) => return Err(e.into()),
-            Err(FolderError::Io(e)) => {
-                eprintln!("depot-fichiers : dossier de journal inutilisable : {e}");
-                None
-            }
-        };
-        let log = Log::in_dir(
-            log_dir,
-            &cfg.dossier_log,
-            cfg.debug,
-            cfg.taille_max_log_octets,
-            cfg.nombre_logs_conserves,
-        );
-        for note in notes {
-            eprintln!("depot-fichiers : {note}");
-            log.line(&format!("démarrage — {note}"));
-        }
-        Ok(App { cfg, store, log })
-    }
-}
 
 /// The endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,19 +37,17 @@ pub fn endpoint(req: &Request) -> Endpoint {
 
 /// Handles one request. The transport drains the rest of the body before sending the answer.
 pub async fn handle(app: &App, mut req: Request) -> Response {
-    match endpoint(&req) {
+    let r = match endpoint(&req) {
         Endpoint::Upload => upload::handle(app, &mut req).await,
         Endpoint::Download => download::handle(app, &req),
         Endpoint::Mcp => mcp::handle(app, &mut req).await,
         Endpoint::Metadata => metadata::handle(app, &req),
-        Endpoint::NotFound => {
-            let r = crate::error::ApiError::FichierIntrouvable.to_response();
-            if req.method() == "HEAD" {
-                r.head_only()
-            } else {
-                r
-            }
-        }
+        Endpoint::NotFound => ApiError::FichierIntrouvable.to_response(),
+    };
+    if req.method() == "HEAD" {
+        r.head_only()
+    } else {
+        r
     }
 }
 

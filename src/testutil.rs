@@ -47,7 +47,7 @@ fn audit_secrets(dir: &Path) {
     let log = dir.join("log");
     if std::fs::symlink_metadata(&log).is_err() {
         let kept = audit::fresh_dir("logs");
-        let _ = crate::log::create_private_dir(&kept);
+        let _ = crate::folders::create_private_dir(&kept);
         let _ = std::os::unix::fs::symlink(&kept, &log);
     }
     for s in [

@@ -2,23 +2,24 @@
 //! to a temporary file with the size limit checked as bytes arrive → name → atomic publication →
 //! JSON reply → log line.
 
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::Stream;
 use serde_json::json;
-use subtle::ConstantTimeEq;
 
+use crate::app::{App, bearer_matches};
 use crate::error::ApiError;
 use crate::http::{Body, Request, Response};
 use crate::liens::{self, UploadId};
+use crate::log::quoted;
 use crate::names::Name;
-use crate::router::App;
-use crate::store::{Published, StoreError};
+use crate::store::Published;
 
 /// How many bytes multer may take from the body without handing anything back (part headers,
 /// preamble): beyond this the body is refused instead of being buffered. See [`GuardedBody`].
@@ -26,58 +27,22 @@ const MAX_UNPRODUCTIVE_BYTES: usize = 1024 * 1024;
 
 /// Handles one upload; every outcome is logged.
 pub async fn handle(app: &App, req: &mut Request) -> Response {
-    if let Err(e) = app.store.sweep() {
-        app.log.line(&format!("balayage impossible : {e}"));
-    }
+    app.sweep();
     match upload(app, req).await {
         Ok((name, published)) => {
-            app.log.line(&format!(
-                "POST /upload.php — dépôt \"{}\" ({} octets) — OK",
-                crate::log::quoted(name.as_str()),
+            app.log.ok(&format!(
+                "POST /upload.php — dépôt \"{}\" ({} octets)",
+                quoted(name.as_str()),
                 published.sidecar.taille_octets
             ));
             success(app, &name, &published)
         }
         Err(e) => {
-            let detail = match &e {
-                ApiError::StockagePlein(d) | ApiError::ErreurInterne(d) => format!(" ({d})"),
-                ApiError::RequeteInvalide(d) => format!(" ({d})"),
-                _ => String::new(),
-            };
-            app.log.line(&format!(
-                "POST /upload.php — {}{detail} — REFUSÉ",
-                refusal_words(&e)
-            ));
+            app.log
+                .refused(&format!("POST /upload.php — {}", e.log_words(req.method())));
             e.to_response()
         }
     }
-}
-
-/// The log's words for a refusal.
-fn refusal_words(e: &ApiError) -> String {
-    match e {
-        ApiError::TokenInvalide => "token invalide".into(),
-        ApiError::FichierAbsent => "fichier absent".into(),
-        ApiError::RequeteInvalide(_) => "requête invalide".into(),
-        ApiError::NomInvalide(why) => format!("nom invalide : {why}"),
-        ApiError::FichierTropVolumineux(_) => "fichier trop volumineux".into(),
-        ApiError::MethodeNonAutorisee(_) => "méthode non autorisée".into(),
-        ApiError::StockagePlein(_) => "stockage plein".into(),
-        other => other.code().replace('_', " "),
-    }
-}
-
-/// `Authorization: Bearer <token_acces>`, scheme case-insensitive, compared in constant time.
-pub fn bearer_matches(header: Option<&str>, token: &str) -> bool {
-    let Some(h) = header else { return false };
-    let h = h.trim();
-    let Some((scheme, rest)) = h.split_once(' ') else {
-        return false;
-    };
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return false;
-    }
-    rest.trim().as_bytes().ct_eq(token.as_bytes()).into()
 }
 
 async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiError> {
@@ -97,12 +62,18 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
         body,
         progress: progress.clone(),
     };
+    let delimiter = format!("--{boundary}");
     let mut multipart = multer::Multipart::new(stream, boundary);
 
     let mut found: Option<(Name, crate::store::Upload)> = None;
     let mut name_error = None;
     loop {
-        let field = multipart.next_field().await.map_err(multipart_error)?;
+        let field = multipart.next_field().await.map_err(|e| match e {
+            multer::Error::ReadHeaderFailed(_) | multer::Error::DecodeHeaderValue { .. } => {
+                header_error(e, &progress.recent_bytes(), delimiter.as_bytes())
+            }
+            other => multipart_error(other),
+        })?;
         progress.produced();
         let Some(mut field) = field else { break };
         let disposition = field
@@ -137,10 +108,10 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
                 continue;
             }
         };
-        let mut up = app.store.begin_upload().map_err(store_error)?;
+        let mut up = app.store.begin_upload()?;
         while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
             progress.produced();
-            up.write(&chunk).map_err(store_error)?;
+            up.write(&chunk)?;
         }
         found = Some((name, up));
     }
@@ -152,7 +123,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     };
     // fsync and renames. Run inline: under mod_fcgid a process serves one request at a time, and
     // the fsync is what makes the published file durable before the 200.
-    let published = up.publish(&app.store, &name).map_err(store_error)?;
+    let published = up.publish(&app.store, &name)?;
     Ok((name, published))
 }
 
@@ -241,6 +212,55 @@ fn decode_ext_value(v: &[u8]) -> Option<Vec<u8>> {
     Some(percent_encoding::percent_decode(value).collect())
 }
 
+/// multer refused a part's header block, for instance because a header holds a byte no header
+/// may hold (NUL, another control byte, DEL). When the file name of the `fichier` part is what
+/// makes it fail, the answer is the name's (contract §2.1, §5: every rejected name is
+/// `nom_invalide`); otherwise the body is malformed.
+///
+/// `recent` holds the last bytes handed to multer, the refused block among them: the blocks
+/// before it were parsed, so it is the first one after a `delimiter` that holds such a byte.
+fn header_error(e: multer::Error, recent: &[u8], delimiter: &[u8]) -> ApiError {
+    let mut rest = recent;
+    while let Some(at) = rest.windows(delimiter.len()).position(|w| w == delimiter) {
+        rest = &rest[at + delimiter.len()..];
+        let block = match rest.windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(end) => &rest[..end],
+            None => rest,
+        };
+        if !block.split(|&b| b == b'\n').any(refused_in_header) {
+            continue;
+        }
+        for line in block.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let (key, value) = (&line[..colon], &line[colon + 1..]);
+            if !key
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"content-disposition")
+            {
+                continue;
+            }
+            let d = parse_disposition(value);
+            if d.name.as_deref() == Some(&b"fichier"[..])
+                && let Some(Err(why)) = d.filename.as_deref().map(Name::parse)
+            {
+                return ApiError::NomInvalide(why);
+            }
+        }
+        break;
+    }
+    multipart_error(e)
+}
+
+/// Does this line of a part's header block (split at `\n`) hold a byte no header may hold: a
+/// control byte other than tab, DEL, or a carriage return that does not end the line?
+fn refused_in_header(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+}
+
 fn multipart_error(e: multer::Error) -> ApiError {
     match e {
         multer::Error::StreamReadFailed(inner) => {
@@ -252,14 +272,6 @@ fn multipart_error(e: multer::Error) -> ApiError {
             ApiError::RequeteInvalide("corps multipart tronqué ou mal formé".into())
         }
         _ => ApiError::RequeteInvalide("corps multipart mal formé".into()),
-    }
-}
-
-fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Full(why) => ApiError::StockagePlein(why),
-        StoreError::TooLarge { max } => ApiError::FichierTropVolumineux(max),
-        StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
     }
 }
 
@@ -298,9 +310,33 @@ struct Progress {
     taken: AtomicUsize,
     /// The guard already paused once at the limit since multer last produced something.
     paused: AtomicBool,
+    /// The last chunks handed to multer, at least [`RECENT_BYTES`] when there were that many
+    /// (shared, not copied): what [`header_byte_error`] reads when multer refuses a header.
+    recent: Mutex<(VecDeque<Bytes>, usize)>,
 }
 
+/// How many of the last bytes handed to multer are kept for [`header_byte_error`].
+const RECENT_BYTES: usize = 64 * 1024;
+
 impl Progress {
+    /// Remembers a chunk handed to multer, forgetting the chunks older than [`RECENT_BYTES`].
+    fn handed(&self, chunk: &Bytes) {
+        let mut guard = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let (recent, kept) = &mut *guard;
+        recent.push_back(chunk.clone());
+        *kept += chunk.len();
+        while recent.len() > 1 && *kept - recent[0].len() >= RECENT_BYTES {
+            *kept -= recent[0].len();
+            recent.pop_front();
+        }
+    }
+
+    /// The bytes of [`Progress::handed`], in one piece.
+    fn recent_bytes(&self) -> Vec<u8> {
+        let guard = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        guard.0.iter().flat_map(|b| b.iter().copied()).collect()
+    }
+
     /// Called by the upload loop each time multer hands back a field or a chunk of field data.
     fn produced(&self) {
         self.taken.store(0, Ordering::Relaxed);
@@ -342,6 +378,7 @@ impl Stream for GuardedBody {
         let r = Pin::new(&mut self.body).poll_next(cx);
         if let Poll::Ready(Some(Ok(b))) = &r {
             self.progress.taken.fetch_add(b.len(), Ordering::Relaxed);
+            self.progress.handed(b);
         }
         r
     }
@@ -352,14 +389,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bearer() {
-        let t = "0123456789abcdef0123456789abcdef";
-        assert!(bearer_matches(Some(&format!("Bearer {t}")), t));
-        assert!(bearer_matches(Some(&format!("bEaReR  {t} ")), t));
-        assert!(!bearer_matches(Some(&format!("Basic {t}")), t));
-        assert!(!bearer_matches(Some("Bearer"), t));
-        assert!(!bearer_matches(Some(&format!("Bearer {t}x")), t));
-        assert!(!bearer_matches(None, t));
+    fn a_control_byte_in_the_file_name_is_the_names_error() {
+        let err = |body: &[u8]| header_error(multer::Error::IncompleteStream, body, b"--XX");
+        let nul = b"--XX\r\nContent-Disposition: form-data; name=\"fichier\"; \
+                    filename=\"a\0b.txt\"\r\n\r\ndata\r\n--XX--\r\n";
+        assert!(matches!(err(nul), ApiError::NomInvalide(_)));
+        // After a part multer parsed, and with the window starting inside the data.
+        let after = b"ta\r\n--XX\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nx\r\n\
+                      --XX\r\ncontent-disposition: form-data; name=\"fichier\"; \
+                      filename=\"a\x7fb\"\r\n\r\ndata\r\n--XX--\r\n";
+        assert!(matches!(err(after), ApiError::NomInvalide(_)));
+        // The byte elsewhere, or in the name of another field: a malformed body.
+        let elsewhere = b"--XX\r\nContent-Disposition: form-data; name=\"fichier\"; \
+                          filename=\"a.txt\"\r\nX-Autre: \x01\r\n\r\ndata\r\n--XX--\r\n";
+        assert!(matches!(err(elsewhere), ApiError::RequeteInvalide(_)));
+        let other = b"--XX\r\nContent-Disposition: form-data; name=\"autre\"; \
+                      filename=\"a\x01b\"\r\n\r\ndata\r\n--XX--\r\n";
+        assert!(matches!(err(other), ApiError::RequeteInvalide(_)));
     }
 
     #[test]

@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use depot_fichiers::app::App;
 use depot_fichiers::config;
 use depot_fichiers::http::{Body, Params, Request, Response, write_response};
-use depot_fichiers::router::{self, App};
+use depot_fichiers::router;
 use serde_json::Value;
 
 #[path = "common/audit.rs"]

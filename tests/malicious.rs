@@ -121,6 +121,10 @@ impl Server {
             .unwrap()
     }
 
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("log/depot-fichiers.log")).unwrap_or_default()
+    }
+
     fn no_part_left(&self, row: &str) {
         if let Ok(rd) = std::fs::read_dir(self.files.join(".tmp")) {
             for e in rd.flatten() {
@@ -432,12 +436,54 @@ const TABLE: &[Row] = &[
         let r = upload(s, &multipart_ct(), &b);
         assert_api_error("crlf filename*", &r, 400, &["nom_invalide"]);
     }),
-    ("bare CR in a quoted filename → 400", |s| {
+    ("bare CR in a quoted filename → 400 nom_invalide", |s| {
         let mut b = part("form-data; name=\"fichier\"; filename=\"a\rb.txt\"", b"a");
         b.extend(end());
         let r = upload(s, &multipart_ct(), &b);
-        assert_api_error("bare cr", &r, 400, &["nom_invalide", "requete_invalide"]);
+        assert_api_error("bare cr", &r, 400, &["nom_invalide"]);
     }),
+    (
+        "raw control byte (NUL, 0x01, 0x1f, DEL) in a quoted filename → 400 nom_invalide",
+        |s| {
+            // multer refuses such a part header whole; the answer is still the name's
+            // (contract §2.1, §5), after a text field and after 100 kB of another part too.
+            for byte in ['\0', '\x01', '\x1f', '\x7f'] {
+                let row = format!("control byte {:#04x}", byte as u32);
+                let bad = format!("form-data; name=\"fichier\"; filename=\"a{byte}b.txt\"");
+                for before in [b"".as_slice(), b"x", &[b'y'; 100_000]] {
+                    let mut b = Vec::new();
+                    if !before.is_empty() {
+                        b.extend(part(r#"form-data; name="note""#, before));
+                    }
+                    b.extend(part(&bad, b"contenu"));
+                    b.extend(end());
+                    let r = upload(s, &multipart_ct(), &b);
+                    assert_api_error(&row, &r, 400, &["nom_invalide"]);
+                    let v = json(&r);
+                    assert!(
+                        v["message"]
+                            .as_str()
+                            .unwrap()
+                            .contains("caractère de contrôle"),
+                        "{row}: {v}"
+                    );
+                }
+                s.no_part_left(&row);
+            }
+            // The same byte in another header of the part is a malformed body, not a name.
+            let b = format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"fichier\"; \
+                 filename=\"a.txt\"\r\nX-Autre: a\0b\r\n\r\ncontenu\r\n--{BOUNDARY}--\r\n"
+            );
+            let r = upload(s, &multipart_ct(), b.as_bytes());
+            assert_api_error("control byte elsewhere", &r, 400, &["requete_invalide"]);
+            let log = s.log_text();
+            assert!(
+                log.contains("POST /upload.php — nom invalide : le nom de fichier contient un caractère de contrôle — REFUSÉ"),
+                "{log}"
+            );
+        },
+    ),
     (
         "quotes and backslashes in the name → one escaped Content-Disposition line",
         |s| {
@@ -564,6 +610,59 @@ const TABLE: &[Row] = &[
     ("invalid UTF-8 in a JSON string → -32700", |s| {
         let b = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"p\xffing\"}";
         assert_rpc_error("bad utf-8", &mcp(s, b), 400, -32700);
+    }),
+    (
+        "MCP refusals of the authorization → one log line each, by the MCP handler",
+        |s| {
+            let post = |auth: Option<&str>| {
+                let mut p = vec![
+                    ("REQUEST_METHOD", "POST"),
+                    ("SCRIPT_NAME", "/mcp.php"),
+                    ("REQUEST_URI", "/mcp.php"),
+                    ("CONTENT_TYPE", "application/json"),
+                ];
+                p.extend(auth.map(|a| ("HTTP_AUTHORIZATION", a)));
+                s.request(&p, b"{}")
+            };
+            let lines = [
+                "POST /mcp.php — token absent — REFUSÉ",
+                "POST /mcp.php — en-tête Authorization invalide (",
+                "POST /mcp.php — token invalide (inactif) [token tok-…] — REFUSÉ",
+            ];
+            let before: Vec<usize> = lines
+                .iter()
+                .map(|l| s.log_text().matches(l).count())
+                .collect();
+            assert_eq!(post(None).status, 401);
+            assert_eq!(post(Some("Basic eDp5")).status, 400);
+            let inactive = format!("Bearer {}", introspection::TOK_INACTIVE);
+            assert_eq!(post(Some(&inactive)).status, 401);
+            let log = s.log_text();
+            for (line, n) in lines.iter().zip(before) {
+                assert_eq!(log.matches(line).count(), n + 1, "{line}\n{log}");
+            }
+        },
+    ),
+    ("HEAD on every endpoint → the status, no body", |s| {
+        // The router drops the body of every HEAD answer, whatever the endpoint (contract §2).
+        for (script, status) in [
+            ("/upload.php", 405),
+            ("/mcp.php", 405),
+            ("/download.php", 401),
+            ("/.well-known/oauth-protected-resource", 200),
+            ("/autre.php", 404),
+        ] {
+            let r = s.request(
+                &[
+                    ("REQUEST_METHOD", "HEAD"),
+                    ("SCRIPT_NAME", script),
+                    ("REQUEST_URI", script),
+                ],
+                b"",
+            );
+            assert_eq!(r.status, status, "HEAD {script}");
+            assert!(r.body.is_empty(), "HEAD {script}: {}", r.text());
+        }
     }),
     ("900 kB bearer token → 401", |s| {
         let auth = format!("Bearer {}", "t".repeat(900_000));

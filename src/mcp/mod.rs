@@ -15,15 +15,19 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+use crate::app::App;
 use crate::config::Config;
 use crate::http::{Base64File, Part, Request, Response};
 use crate::liens::UploadId;
+use crate::log::quoted;
 use crate::names::Name;
 use crate::oauth;
-use crate::router::App;
 
 use protocol::{Ctx, McpHeaders, Reply, RpcError};
 use tool::{FileOutcome, Mode, ToolCtx};
+
+/// How the log lines of this endpoint begin.
+const WHAT: &str = "POST /mcp.php";
 
 /// `scheme://authority` of an absolute URL, lowercased, without trailing slash.
 fn origin_of(url: &str) -> Option<String> {
@@ -189,9 +193,9 @@ pub fn store_source<'a>(
             }
         }
         if let Err(e) = found.touch() {
-            app.log.line(&format!(
-                "MCP tools/call recuperer_fichier — \"{}\" — mise à jour du mtime impossible : {e} — ERREUR",
-                crate::log::quoted(name.as_str())
+            app.log.error(&format!(
+                "MCP tools/call recuperer_fichier — \"{}\" — mise à jour du mtime impossible : {e}",
+                quoted(name.as_str())
             ));
         }
         let upload = UploadId::of(&found.sidecar, found.ino);
@@ -211,17 +215,14 @@ pub fn store_source<'a>(
 
 /// Handles one request to `/mcp.php`.
 pub async fn handle(app: &App, req: &mut Request) -> Response {
-    if let Err(e) = app.store.sweep() {
-        app.log
-            .line(&format!("MCP — balayage impossible : {e} — ERREUR"));
-    }
+    app.sweep();
     let cfg = &app.cfg;
     if let Some(origin) = req.header("Origin")
         && !origin_allowed(cfg, origin)
     {
-        app.log.line(&format!(
-            "POST /mcp.php — origine non autorisée \"{}\" — REFUSÉ",
-            crate::log::quoted(origin.chars().take(100).collect::<String>())
+        app.log.refused(&format!(
+            "{WHAT} — origine non autorisée \"{}\"",
+            quoted(origin.chars().take(100).collect::<String>())
         ));
         return rpc_error_response(
             &RpcError::new(-32600, "Forbidden: origine (Origin) non autorisée").with_status(403),
@@ -249,7 +250,10 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             req.header("Content-Length"),
         ));
     }
-    if let Err(e) = oauth::authorize(cfg, &app.log, req.header("Authorization")).await {
+    let authorization = req.header("Authorization");
+    if let Err(e) = oauth::authorize(cfg, &app.log, authorization).await {
+        app.log
+            .refused(&format!("{WHAT} — {}", e.log_words(authorization)));
         return e.to_response(cfg);
     }
     let limit = cfg.mcp_taille_max_requete_octets;
@@ -277,8 +281,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         Ok(Some(b)) => b,
         Ok(None) => return too_large(),
         Err(e) => {
-            app.log
-                .line(&format!("POST /mcp.php — corps illisible : {e} — REFUSÉ"));
+            app.log.refused(&format!("{WHAT} — corps illisible : {e}"));
             return rpc_error_response(&RpcError::invalid_request(
                 "Invalid Request: corps de requête illisible",
             ));

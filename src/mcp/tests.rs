@@ -5,9 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
+use crate::app::App;
 use crate::http::{Body, Request, Response, ResponseBody};
 use crate::names::Name;
-use crate::router::App;
 use crate::testutil::introspection::{self as is, IntrospectionServer};
 use crate::testutil::{TOKEN_ACCES, config, log_text};
 

@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::liens::{UploadId, download_url};
-use crate::log::quoted;
+use crate::log::{error_line, ok_line, quoted, refused_line};
 use crate::names::Name;
 
 use super::protocol::{RpcError, Version};
@@ -203,11 +203,11 @@ pub fn call(
     let mode = match mode {
         Ok(m) => m,
         Err(bad) => {
-            let line = format!(
-                "{} — mode invalide \"{}\" — REFUSÉ",
+            let line = refused_line(&format!(
+                "{} — mode invalide \"{}\"",
                 label(None),
                 quoted(bad.trim_matches('"'))
-            );
+            ));
             return shape(
                 version,
                 Failure::InvalidArguments(format!(
@@ -220,7 +220,7 @@ pub fn call(
     let raw = match args.get("nom_fichier") {
         Some(Value::String(s)) => s,
         _ => {
-            let line = format!("{} — nom_fichier absent — REFUSÉ", label(Some(mode)));
+            let line = refused_line(&format!("{} — nom_fichier absent", label(Some(mode))));
             return shape(
                 version,
                 Failure::InvalidArguments(
@@ -234,11 +234,11 @@ pub fn call(
     let name = match Name::parse(raw.as_bytes()) {
         Ok(n) => n,
         Err(e) => {
-            let line = format!(
-                "{} — nom invalide \"{}\" ({e}) — REFUSÉ",
+            let line = refused_line(&format!(
+                "{} — nom invalide \"{}\" ({e})",
                 label(Some(mode)),
                 quoted(raw.chars().take(80).collect::<String>())
-            );
+            ));
             return shape(
                 version,
                 Failure::InvalidArguments(format!("Nom de fichier invalide : {e}.")),
@@ -253,30 +253,30 @@ pub fn call(
             Failure::Business(format!(
                 "Fichier introuvable ou expiré : « {name} ». Les fichiers sont effacés 10 minutes après le dernier téléchargement et au plus tard 1 heure après le dépôt ; le déposer à nouveau avec upload.php."
             )),
-            Some(format!("{head} — introuvable ou expiré — REFUSÉ")),
+            Some(refused_line(&format!("{head} — introuvable ou expiré"))),
         ),
         FileOutcome::TooLarge { size, max } => shape(
             version,
             Failure::Business(format!(
                 "Fichier trop volumineux pour mode=\"base64\" ({size} octets, maximum {max}) : utiliser mode=\"lien\" pour obtenir une URL de téléchargement."
             )),
-            Some(format!(
-                "{head} — trop volumineux pour base64 ({size} octets) — REFUSÉ"
-            )),
+            Some(refused_line(&format!(
+                "{head} — trop volumineux pour base64 ({size} octets)"
+            ))),
         ),
         FileOutcome::OverBudget { size, spent, max } => shape(
             version,
             Failure::Business(format!(
                 "Budget base64 de la requête épuisé : ce fichier ({size} octets) porterait au-delà de {max} octets le total rendu en mode=\"base64\" par une même requête HTTP ({spent} octets déjà rendus). Faire un seul appel mode=\"base64\" par requête, ou utiliser mode=\"lien\" pour obtenir une URL de téléchargement."
             )),
-            Some(format!(
-                "{head} — budget base64 de la requête dépassé ({size} octets, {spent} déjà rendus) — REFUSÉ"
-            )),
+            Some(refused_line(&format!(
+                "{head} — budget base64 de la requête dépassé ({size} octets, {spent} déjà rendus)"
+            ))),
         ),
         FileOutcome::Error(why) => shape(
             version,
             Failure::Internal,
-            Some(format!("{head} — erreur du stockage : {why} — ERREUR")),
+            Some(error_line(&format!("{head} — erreur du stockage : {why}"))),
         ),
         FileOutcome::Found {
             size,
@@ -293,7 +293,7 @@ pub fn call(
                     return shape(
                         version,
                         Failure::Internal,
-                        Some(format!("{head} — contenu non lu — ERREUR")),
+                        Some(error_line(&format!("{head} — contenu non lu"))),
                     );
                 }
                 (Mode::Lien, _) => json!({
@@ -310,7 +310,7 @@ pub fn call(
             };
             CallOutcome {
                 result: Ok(success(version, &name, mode, structured)),
-                log_line: Some(format!("{head} — OK")),
+                log_line: Some(ok_line(&head)),
             }
         }
     }

@@ -1,0 +1,91 @@
+//! The per-process state: what a process loads once (configuration, store, log) and every
+//! request shares, and what every request does first (the sweep).
+
+use subtle::ConstantTimeEq;
+
+use crate::config::Config;
+use crate::folders::{self, FolderError};
+use crate::log::Log;
+use crate::store::Store;
+
+/// What a process loads once and every request shares.
+pub struct App {
+    pub cfg: Config,
+    pub store: Store,
+    pub log: Log,
+}
+
+impl App {
+    /// Opens the store and the log, checking their folders (see [`crate::folders`]): created
+    /// 0700 when missing, tightened to 0700 when writable by others (said in the log and on
+    /// stderr), refused when a symbolic link or another user's.
+    pub fn new(cfg: Config) -> std::io::Result<App> {
+        let mut notes = Vec::new();
+        let store = Store::open(&cfg, &mut notes)?;
+        // A log folder that is refused stops the process; one that merely cannot be opened
+        // (read-only, permissions) does not: a log that cannot be written never stops a request.
+        let log_dir = match folders::open_private(&cfg.dossier_log) {
+            Ok(o) => {
+                notes.extend(o.note(&cfg.dossier_log));
+                Some(o.fd)
+            }
+            Err(e @ FolderError::Refused(_)) => return Err(e.into()),
+            Err(FolderError::Io(e)) => {
+                eprintln!("depot-fichiers : dossier de journal inutilisable : {e}");
+                None
+            }
+        };
+        let log = Log::in_dir(
+            log_dir,
+            &cfg.dossier_log,
+            cfg.debug,
+            cfg.taille_max_log_octets,
+            cfg.nombre_logs_conserves,
+        );
+        for note in notes {
+            eprintln!("depot-fichiers : {note}");
+            log.line(&format!("démarrage — {note}"));
+        }
+        Ok(App { cfg, store, log })
+    }
+
+    /// What every request to an endpoint that touches the store does first: the sweep of
+    /// contract §4 (rate-limited by the store). A sweep that fails is logged and never stops
+    /// the request.
+    pub fn sweep(&self) {
+        if let Err(e) = self.store.sweep() {
+            self.log.error(&format!("balayage impossible : {e}"));
+        }
+    }
+}
+
+/// Is `given` the configured `token_acces`? Compared in constant time: the one check of the
+/// access token, for the `Authorization` header of an upload and the `token=` of a download.
+pub fn token_matches(given: &[u8], token_acces: &str) -> bool {
+    given.ct_eq(token_acces.as_bytes()).into()
+}
+
+/// `Authorization: Bearer <token_acces>`, scheme case-insensitive, compared in constant time.
+pub fn bearer_matches(header: Option<&str>, token_acces: &str) -> bool {
+    let Some(h) = header else { return false };
+    let Some((scheme, rest)) = h.trim().split_once(' ') else {
+        return false;
+    };
+    scheme.eq_ignore_ascii_case("bearer") && token_matches(rest.trim().as_bytes(), token_acces)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer() {
+        let t = "0123456789abcdef0123456789abcdef";
+        assert!(bearer_matches(Some(&format!("Bearer {t}")), t));
+        assert!(bearer_matches(Some(&format!("bEaReR  {t} ")), t));
+        assert!(!bearer_matches(Some(&format!("Basic {t}")), t));
+        assert!(!bearer_matches(Some("Bearer"), t));
+        assert!(!bearer_matches(Some(&format!("Bearer {t}x")), t));
+        assert!(!bearer_matches(None, t));
+    }
+}

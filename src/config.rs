@@ -41,6 +41,7 @@ pub const OAUTH_DELAI_BOUNDS: (f64, f64) = (0.1, 300.0);
 /// `config.example.toml`), their types and defaults come from the serde attributes; what a type
 /// cannot say (ranges in [`BOUNDS`], URLs, folders, the token) is checked by [`parse`].
 /// `Serialize` gives the `check-config` view, secrets masked ([`Config::describe`]).
+/// Deserializing alone checks types only: a configuration comes from [`parse`] or [`load`].
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {

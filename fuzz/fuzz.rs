@@ -607,6 +607,7 @@ fn t_jsonrpc(data: &[u8]) -> String {
             token_acces: TOKEN,
             liens_par_fichier: false,
         },
+        instructions: "instructions",
     };
     let mut files = |name: &Name, mode: Mode| match name.as_str().as_bytes()[0] {
         b'a' => FileOutcome::Found {

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// Environment variable holding the config path (settable with `FcgidInitialEnv`).
 pub const CONFIG_ENV: &str = "DEPOT_FICHIERS_CONFIG";
@@ -36,113 +36,115 @@ pub const BOUNDS: &[(&str, u64, u64)] = &[
 pub const OAUTH_DELAI_BOUNDS: (f64, f64) = (0.1, 300.0);
 
 /// The effective configuration, every default applied and every value checked.
-#[derive(Debug, Clone)]
+///
+/// This struct is the one description of the keys: their names and order (those of
+/// `config.example.toml`), their types and defaults come from the serde attributes; what a type
+/// cannot say (ranges in [`BOUNDS`], URLs, folders, the token) is checked by [`parse`].
+/// `Serialize` gives the `check-config` view, secrets masked ([`Config::describe`]).
+/// Deserializing alone checks types only: a configuration comes from [`parse`] or [`load`].
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
+    #[serde(serialize_with = "masked")]
     pub token_acces: String,
+    #[serde(default = "n::<{ 200 * MIB }>")]
     pub taille_max_fichier_octets: u64,
+    #[serde(default = "n::<3600>")]
     pub duree_max_depot_secondes: u64,
+    #[serde(default = "n::<600>")]
     pub duree_inactivite_secondes: u64,
     pub dossier_fichiers: PathBuf,
     pub dossier_log: PathBuf,
+    #[serde(default)]
     pub debug: bool,
     /// Without trailing slash.
     pub url_base: String,
     /// Exactly as configured (compared as a string with the server's `issuer`).
     pub oauth_url: String,
+    /// Default (when absent): `<oauth_url>/introspect`.
+    #[serde(default)]
     pub oauth_introspection_url: String,
     pub oauth_client_id: String,
+    #[serde(serialize_with = "masked")]
     pub oauth_client_secret: String,
+    #[serde(default)]
     pub oauth_scope_requis: String,
+    /// Default (when absent): `<url_base>/mcp.php`.
+    #[serde(default)]
     pub mcp_resource_url: String,
+    #[serde(default = "yes")]
     pub oauth_audience_obligatoire: bool,
+    #[serde(default)]
     pub origines_autorisees: Vec<String>,
+    #[serde(default = "n::<{ 5 * MIB }>")]
     pub taille_max_base64_octets: u64,
+    #[serde(default = "n::<1000>")]
     pub balayage_intervalle_min_ms: u64,
+    #[serde(default)]
     pub taille_max_totale_octets: u64,
+    #[serde(default = "n::<MIB>")]
     pub mcp_taille_max_requete_octets: u64,
+    #[serde(default = "five_seconds", serialize_with = "plain_number")]
     pub oauth_delai_max_secondes: f64,
+    #[serde(default = "n::<{ 8 * MIB }>")]
     pub taille_max_log_octets: u64,
+    #[serde(default = "three")]
     pub nombre_logs_conserves: u32,
     /// Whole-file downloads are handed to the web server with `X-Sendfile` (mod_xsendfile).
+    #[serde(default)]
     pub x_sendfile: bool,
     /// Smaller files are still sent by the program (one FastCGI record is cheaper than
     /// mod_xsendfile's extra work).
+    #[serde(default = "n::<MIB>")]
     pub x_sendfile_taille_min_octets: u64,
     /// Links carry a per-file capability instead of `token_acces` (see `liens.rs`).
+    #[serde(default)]
     pub liens_par_fichier: bool,
 }
 
-/// What the TOML file may contain; `None` = take the default.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Raw {
-    token_acces: String,
-    taille_max_fichier_octets: Option<u64>,
-    duree_max_depot_secondes: Option<u64>,
-    duree_inactivite_secondes: Option<u64>,
-    dossier_fichiers: PathBuf,
-    dossier_log: PathBuf,
-    debug: Option<bool>,
-    url_base: String,
-    oauth_url: String,
-    oauth_introspection_url: Option<String>,
-    oauth_client_id: String,
-    oauth_client_secret: String,
-    oauth_scope_requis: Option<String>,
-    mcp_resource_url: Option<String>,
-    oauth_audience_obligatoire: Option<bool>,
-    origines_autorisees: Option<Vec<String>>,
-    taille_max_base64_octets: Option<u64>,
-    balayage_intervalle_min_ms: Option<u64>,
-    taille_max_totale_octets: Option<u64>,
-    mcp_taille_max_requete_octets: Option<u64>,
-    oauth_delai_max_secondes: Option<f64>,
-    taille_max_log_octets: Option<u64>,
-    nombre_logs_conserves: Option<u32>,
-    x_sendfile: Option<bool>,
-    x_sendfile_taille_min_octets: Option<u64>,
-    liens_par_fichier: Option<bool>,
+/// Defaults for the serde attributes above.
+fn n<const V: u64>() -> u64 {
+    V
+}
+fn yes() -> bool {
+    true
+}
+fn five_seconds() -> f64 {
+    5.0
+}
+fn three() -> u32 {
+    3
 }
 
-/// Every key the file may hold, in the order of the example file.
-pub const KEYS: &[&str] = &[
-    "token_acces",
-    "taille_max_fichier_octets",
-    "duree_max_depot_secondes",
-    "duree_inactivite_secondes",
-    "dossier_fichiers",
-    "dossier_log",
-    "debug",
-    "url_base",
-    "oauth_url",
-    "oauth_introspection_url",
-    "oauth_client_id",
-    "oauth_client_secret",
-    "oauth_scope_requis",
-    "mcp_resource_url",
-    "oauth_audience_obligatoire",
-    "origines_autorisees",
-    "taille_max_base64_octets",
-    "balayage_intervalle_min_ms",
-    "taille_max_totale_octets",
-    "mcp_taille_max_requete_octets",
-    "oauth_delai_max_secondes",
-    "taille_max_log_octets",
-    "nombre_logs_conserves",
-    "x_sendfile",
-    "x_sendfile_taille_min_octets",
-    "liens_par_fichier",
-];
-
-const REQUIRED: &[&str] = &[
-    "token_acces",
-    "dossier_fichiers",
-    "dossier_log",
-    "url_base",
-    "oauth_url",
-    "oauth_client_id",
-    "oauth_client_secret",
-];
+/// Every key the file may hold, in the order of the struct (and of the example file): the field
+/// names serde's derived `Deserialize` hands to a deserializer.
+pub fn keys() -> &'static [&'static str] {
+    use serde::de::{self, Visitor};
+    struct FieldNames<'a>(&'a mut &'static [&'static str]);
+    impl<'de> de::Deserializer<'de> for FieldNames<'_> {
+        type Error = de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("only a struct is introspected"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("field names only"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = Config::deserialize(FieldNames(&mut fields));
+    fields
+}
 
 /// A configuration that cannot be used, with the key at fault when there is one.
 #[derive(Debug, Clone, PartialEq)]
@@ -195,30 +197,63 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         key: None,
         message: format!("TOML illisible : {}", e.message()),
     })?;
-    for k in table.keys() {
-        if !KEYS.contains(&k.as_str()) {
-            return Err(err(k, "clé inconnue (voir config.example.toml)"));
+    check_bounds(&table)?;
+    let config: Config = toml::from_str(text).map_err(|e| serde_error(text, &e))?;
+    validate(config, |key| table.contains_key(key))
+}
+
+/// Serde's error in French, with the key at fault: serde names it in the message of an unknown
+/// or missing key; for a value of the wrong type, the error's span points into its line.
+fn serde_error(text: &str, e: &toml::de::Error) -> ConfigError {
+    let named = |prefix: &str| {
+        let rest = e.message().strip_prefix(prefix)?;
+        Some(rest.split('`').next()?.to_string())
+    };
+    if let Some(key) = named("unknown field `") {
+        return err(&key, "clé inconnue (voir config.example.toml)");
+    }
+    if let Some(key) = named("missing field `") {
+        return err(&key, "clé obligatoire absente");
+    }
+    let key = e.span().and_then(|span| {
+        let line_start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+        let line = &text[line_start..];
+        let k = line.split('=').next()?.trim().trim_matches('"');
+        keys().contains(&k).then(|| k.to_string())
+    });
+    ConfigError {
+        key,
+        message: format!("valeur de type incorrect ({})", e.message()),
+    }
+}
+
+/// Every number of the file within its range ([`BOUNDS`], [`OAUTH_DELAI_BOUNDS`]); a value of
+/// another type is left to serde's type check.
+fn check_bounds(table: &toml::Table) -> Result<(), ConfigError> {
+    for &(key, min, max) in BOUNDS {
+        if let Some(&toml::Value::Integer(v)) = table.get(key)
+            && u64::try_from(v).map_or(true, |v| !(min..=max).contains(&v))
+        {
+            return Err(err(
+                key,
+                format!("valeur {v} hors des limites permises : de {min} à {max}"),
+            ));
         }
     }
-    for k in REQUIRED {
-        if !table.contains_key(*k) {
-            return Err(err(k, "clé obligatoire absente"));
-        }
-    }
-    // Type errors: the error's span points into the line of the key at fault.
-    let raw: Raw = toml::from_str(text).map_err(|e: toml::de::Error| {
-        let key = e.span().and_then(|span| {
-            let line_start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
-            let line = &text[line_start..];
-            let k = line.split('=').next()?.trim().trim_matches('"');
-            KEYS.contains(&k).then(|| k.to_string())
-        });
-        ConfigError {
+    let key = "oauth_delai_max_secondes";
+    let delai = match table.get(key) {
+        Some(&toml::Value::Float(v)) => v,
+        Some(&toml::Value::Integer(v)) => v as f64,
+        _ => return Ok(()),
+    };
+    let (min, max) = OAUTH_DELAI_BOUNDS;
+    if !(min..=max).contains(&delai) {
+        return Err(err(
             key,
-            message: format!("valeur de type incorrect ({})", e.message()),
-        }
-    })?;
-    validate(raw)
+            format!("valeur {delai} hors des limites permises : de {min} à {max} secondes"),
+        ));
+    }
+    Ok(())
 }
 
 fn check_url(key: &str, v: &str) -> Result<(), ConfigError> {
@@ -252,30 +287,16 @@ fn check_dir(key: &str, p: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `v`, or the default, checked against the key's [`BOUNDS`].
-fn bounded(key: &str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {
-    let v = v.unwrap_or(default);
-    let &(_, min, max) = BOUNDS
-        .iter()
-        .find(|b| b.0 == key)
-        .expect("every integer key has bounds");
-    if !(min..=max).contains(&v) {
-        return Err(err(
-            key,
-            format!("valeur {v} hors des limites permises : de {min} à {max}"),
-        ));
-    }
-    Ok(v)
-}
-
-fn validate(r: Raw) -> Result<Config, ConfigError> {
-    if r.token_acces.len() < 32 {
+/// The checks a type cannot express, and the defaults computed from other keys (`given` tells
+/// whether the file holds a key).
+fn validate(mut c: Config, given: impl Fn(&str) -> bool) -> Result<Config, ConfigError> {
+    if c.token_acces.len() < 32 {
         return Err(err(
             "token_acces",
             "au moins 32 caractères (générer avec : openssl rand -hex 32)",
         ));
     }
-    if !r
+    if !c
         .token_acces
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b))
@@ -285,33 +306,28 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
             "seuls les caractères A-Z a-z 0-9 . _ ~ - sont permis (générer avec : openssl rand -hex 32)",
         ));
     }
-    check_dir("dossier_fichiers", &r.dossier_fichiers)?;
-    check_dir("dossier_log", &r.dossier_log)?;
-    check_url("url_base", &r.url_base)?;
-    check_url("oauth_url", &r.oauth_url)?;
-    if r.oauth_client_id.trim().is_empty() {
+    check_dir("dossier_fichiers", &c.dossier_fichiers)?;
+    check_dir("dossier_log", &c.dossier_log)?;
+    check_url("url_base", &c.url_base)?;
+    check_url("oauth_url", &c.oauth_url)?;
+    if c.oauth_client_id.trim().is_empty() {
         return Err(err("oauth_client_id", "ne doit pas être vide"));
     }
-    if r.oauth_client_secret.is_empty() {
+    if c.oauth_client_secret.is_empty() {
         return Err(err("oauth_client_secret", "ne doit pas être vide"));
     }
-    let url_base = r.url_base.trim_end_matches('/').to_string();
-    let oauth_introspection_url = match r.oauth_introspection_url {
-        Some(u) => {
-            check_url("oauth_introspection_url", &u)?;
-            u
-        }
-        None => format!("{}/introspect", r.oauth_url.trim_end_matches('/')),
-    };
-    let mcp_resource_url = match r.mcp_resource_url {
-        Some(u) => {
-            check_url("mcp_resource_url", &u)?;
-            u
-        }
-        None => format!("{url_base}/mcp.php"),
-    };
-    let scope = r.oauth_scope_requis.unwrap_or_default();
-    if scope
+    c.url_base = c.url_base.trim_end_matches('/').to_string();
+    if given("oauth_introspection_url") {
+        check_url("oauth_introspection_url", &c.oauth_introspection_url)?;
+    } else {
+        c.oauth_introspection_url = format!("{}/introspect", c.oauth_url.trim_end_matches('/'));
+    }
+    if given("mcp_resource_url") {
+        check_url("mcp_resource_url", &c.mcp_resource_url)?;
+    } else {
+        c.mcp_resource_url = format!("{}/mcp.php", c.url_base);
+    }
+    if c.oauth_scope_requis
         .chars()
         .any(|c| c.is_whitespace() || c == '"' || c == '\\')
     {
@@ -320,85 +336,10 @@ fn validate(r: Raw) -> Result<Config, ConfigError> {
             "un seul scope, sans espace ni guillemet",
         ));
     }
-    let origines = r.origines_autorisees.unwrap_or_default();
-    for o in &origines {
+    for o in &c.origines_autorisees {
         check_url("origines_autorisees", o)?;
     }
-    let delai = r.oauth_delai_max_secondes.unwrap_or(5.0);
-    let (delai_min, delai_max) = OAUTH_DELAI_BOUNDS;
-    if !(delai_min..=delai_max).contains(&delai) {
-        return Err(err(
-            "oauth_delai_max_secondes",
-            format!(
-                "valeur {delai} hors des limites permises : de {delai_min} à {delai_max} secondes"
-            ),
-        ));
-    }
-    let nombre_logs = bounded(
-        "nombre_logs_conserves",
-        r.nombre_logs_conserves.map(u64::from),
-        3,
-    )? as u32;
-    Ok(Config {
-        token_acces: r.token_acces,
-        taille_max_fichier_octets: bounded(
-            "taille_max_fichier_octets",
-            r.taille_max_fichier_octets,
-            200 * MIB,
-        )?,
-        duree_max_depot_secondes: bounded(
-            "duree_max_depot_secondes",
-            r.duree_max_depot_secondes,
-            3600,
-        )?,
-        duree_inactivite_secondes: bounded(
-            "duree_inactivite_secondes",
-            r.duree_inactivite_secondes,
-            600,
-        )?,
-        dossier_fichiers: r.dossier_fichiers,
-        dossier_log: r.dossier_log,
-        debug: r.debug.unwrap_or(false),
-        url_base,
-        oauth_url: r.oauth_url,
-        oauth_introspection_url,
-        oauth_client_id: r.oauth_client_id,
-        oauth_client_secret: r.oauth_client_secret,
-        oauth_scope_requis: scope,
-        mcp_resource_url,
-        oauth_audience_obligatoire: r.oauth_audience_obligatoire.unwrap_or(true),
-        origines_autorisees: origines,
-        taille_max_base64_octets: bounded(
-            "taille_max_base64_octets",
-            r.taille_max_base64_octets,
-            5 * MIB,
-        )?,
-        balayage_intervalle_min_ms: bounded(
-            "balayage_intervalle_min_ms",
-            r.balayage_intervalle_min_ms,
-            1000,
-        )?,
-        taille_max_totale_octets: bounded(
-            "taille_max_totale_octets",
-            r.taille_max_totale_octets,
-            0,
-        )?,
-        mcp_taille_max_requete_octets: bounded(
-            "mcp_taille_max_requete_octets",
-            r.mcp_taille_max_requete_octets,
-            MIB,
-        )?,
-        oauth_delai_max_secondes: delai,
-        taille_max_log_octets: bounded("taille_max_log_octets", r.taille_max_log_octets, 8 * MIB)?,
-        nombre_logs_conserves: nombre_logs,
-        x_sendfile: r.x_sendfile.unwrap_or(false),
-        x_sendfile_taille_min_octets: bounded(
-            "x_sendfile_taille_min_octets",
-            r.x_sendfile_taille_min_octets,
-            MIB,
-        )?,
-        liens_par_fichier: r.liens_par_fichier.unwrap_or(false),
-    })
+    Ok(c)
 }
 
 /// A secret shown by its first 4 characters only.
@@ -410,92 +351,24 @@ pub fn mask(secret: &str) -> String {
     )
 }
 
+/// `serialize_with` of the secrets: only their masked form is ever serialised.
+fn masked<S: Serializer>(secret: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&mask(secret))
+}
+
+/// `serialize_with` of a decimal key: a whole number without `.0`, as the file would write it.
+fn plain_number<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        s.serialize_i64(*v as i64)
+    } else {
+        s.serialize_f64(*v)
+    }
+}
+
 impl Config {
-    /// The effective configuration as TOML-like lines, secrets masked (`check-config`).
+    /// The effective configuration as TOML, secrets masked (`check-config`).
     pub fn describe(&self) -> String {
-        let mut s = String::new();
-        let mut line = |k: &str, v: String| s.push_str(&format!("{k} = {v}\n"));
-        line("token_acces", format!("\"{}\"", mask(&self.token_acces)));
-        line(
-            "taille_max_fichier_octets",
-            self.taille_max_fichier_octets.to_string(),
-        );
-        line(
-            "duree_max_depot_secondes",
-            self.duree_max_depot_secondes.to_string(),
-        );
-        line(
-            "duree_inactivite_secondes",
-            self.duree_inactivite_secondes.to_string(),
-        );
-        line(
-            "dossier_fichiers",
-            format!("{:?}", self.dossier_fichiers.display().to_string()),
-        );
-        line(
-            "dossier_log",
-            format!("{:?}", self.dossier_log.display().to_string()),
-        );
-        line("debug", self.debug.to_string());
-        line("url_base", format!("{:?}", self.url_base));
-        line("oauth_url", format!("{:?}", self.oauth_url));
-        line(
-            "oauth_introspection_url",
-            format!("{:?}", self.oauth_introspection_url),
-        );
-        line("oauth_client_id", format!("{:?}", self.oauth_client_id));
-        line(
-            "oauth_client_secret",
-            format!("\"{}\"", mask(&self.oauth_client_secret)),
-        );
-        line(
-            "oauth_scope_requis",
-            format!("{:?}", self.oauth_scope_requis),
-        );
-        line("mcp_resource_url", format!("{:?}", self.mcp_resource_url));
-        line(
-            "oauth_audience_obligatoire",
-            self.oauth_audience_obligatoire.to_string(),
-        );
-        line(
-            "origines_autorisees",
-            format!("{:?}", self.origines_autorisees),
-        );
-        line(
-            "taille_max_base64_octets",
-            self.taille_max_base64_octets.to_string(),
-        );
-        line(
-            "balayage_intervalle_min_ms",
-            self.balayage_intervalle_min_ms.to_string(),
-        );
-        line(
-            "taille_max_totale_octets",
-            self.taille_max_totale_octets.to_string(),
-        );
-        line(
-            "mcp_taille_max_requete_octets",
-            self.mcp_taille_max_requete_octets.to_string(),
-        );
-        line(
-            "oauth_delai_max_secondes",
-            self.oauth_delai_max_secondes.to_string(),
-        );
-        line(
-            "taille_max_log_octets",
-            self.taille_max_log_octets.to_string(),
-        );
-        line(
-            "nombre_logs_conserves",
-            self.nombre_logs_conserves.to_string(),
-        );
-        line("x_sendfile", self.x_sendfile.to_string());
-        line(
-            "x_sendfile_taille_min_octets",
-            self.x_sendfile_taille_min_octets.to_string(),
-        );
-        line("liens_par_fichier", self.liens_par_fichier.to_string());
-        s
+        toml::to_string(self).expect("the configuration always serialises")
     }
 
     /// Path of the sidecar folder.
@@ -599,7 +472,7 @@ oauth_client_secret = "s3cr3t-s3cr3t"
     fn every_integer_key_is_bounded() {
         let with = |key: &str, v: &str| parse(&format!("{MINIMAL}\n{key} = {v}"));
         for &(key, min, max) in BOUNDS {
-            assert!(KEYS.contains(&key), "{key}");
+            assert!(keys().contains(&key), "{key}");
             let below = if min == 0 {
                 "-1".to_string()
             } else {
@@ -620,7 +493,7 @@ oauth_client_secret = "s3cr3t-s3cr3t"
             assert_eq!(e.key.as_deref(), Some(key));
         }
         let table: toml::Table = include_str!("../config.example.toml").parse().unwrap();
-        for k in KEYS {
+        for k in keys() {
             let integer = matches!(table.get(*k), Some(toml::Value::Integer(_)));
             let bounded = BOUNDS.iter().any(|b| b.0 == *k) || *k == "oauth_delai_max_secondes";
             assert!(!integer || bounded, "{k} has no bounds");
@@ -644,32 +517,89 @@ oauth_client_secret = "s3cr3t-s3cr3t"
     }
 
     #[test]
+    fn messages_name_the_unknown_and_the_missing_key() {
+        let e = parse(&format!("{MINIMAL}\n[section]\ncle = 1")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("section"));
+        assert_eq!(e.message, "clé inconnue (voir config.example.toml)");
+        for k in [
+            "token_acces",
+            "dossier_fichiers",
+            "dossier_log",
+            "url_base",
+            "oauth_url",
+            "oauth_client_id",
+            "oauth_client_secret",
+        ] {
+            let text: String = MINIMAL
+                .lines()
+                .filter(|l| !l.starts_with(&format!("{k} =")))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(k));
+            assert_eq!(e.message, "clé obligatoire absente");
+        }
+        let e = parse(&format!("{MINIMAL}\norigines_autorisees = [\n  1,\n]")).unwrap_err();
+        assert_eq!(e.key, None, "a line inside an array names no key");
+        assert!(e.message.starts_with("valeur de type incorrect"), "{e}");
+    }
+
+    #[test]
+    fn a_derived_url_is_checked_when_given_even_empty() {
+        for key in ["oauth_introspection_url", "mcp_resource_url"] {
+            let e = parse(&format!("{MINIMAL}\n{key} = \"\"")).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key));
+        }
+    }
+
+    #[test]
+    fn defaults_are_within_bounds() {
+        let c = parse(MINIMAL).unwrap();
+        check_bounds(&toml::Table::try_from(&c).unwrap()).unwrap();
+    }
+
+    #[test]
     fn describe_masks_secrets() {
         let c = parse(MINIMAL).unwrap();
         let d = c.describe();
         assert!(!d.contains("0123456789abcdef0123456789abcdef"));
         assert!(!d.contains("s3cr3t-s3cr3t"));
-        assert!(d.contains("0123…"));
-        for k in KEYS {
-            assert!(
-                d.contains(&format!("{k} = ")),
-                "{k} missing from describe()"
-            );
-        }
+        assert!(
+            d.contains("token_acces = \"0123… (32 caractères)\"\n"),
+            "{d}"
+        );
+        assert!(d.contains("oauth_client_secret = \"s3cr… (13 caractères)\"\n"));
+        assert!(d.contains("oauth_delai_max_secondes = 5\n"), "{d}");
+        assert!(d.contains("origines_autorisees = []\n"), "{d}");
+        let in_order: Vec<&str> = d.lines().map(|l| l.split(" = ").next().unwrap()).collect();
+        assert_eq!(in_order, keys(), "one line per key, in order");
+        // What check-config prints is TOML.
+        let _: toml::Table = d.parse().unwrap();
+    }
+
+    /// The keys `config.example.toml` sets or shows commented out, in its order.
+    fn example_keys() -> Vec<String> {
+        include_str!("../config.example.toml")
+            .lines()
+            .filter_map(|l| {
+                let k = l.strip_prefix("# ").unwrap_or(l).split(" = ").next()?;
+                let key_like = l.contains(" = ")
+                    && k.starts_with(|c: char| c.is_ascii_lowercase())
+                    && k.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+                key_like.then(|| k.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn example_file_lists_exactly_the_keys_in_order() {
+        assert_eq!(example_keys(), keys());
     }
 
     #[test]
     fn example_file_is_valid() {
-        let text = include_str!("../config.example.toml");
-        let c = parse(text).unwrap();
-        let table: toml::Table = text.parse().unwrap();
-        // The example documents every key.
-        for k in KEYS {
-            assert!(
-                table.contains_key(*k) || text.contains(&format!("# {k} =")),
-                "config.example.toml does not mention {k}"
-            );
-        }
+        let c = parse(include_str!("../config.example.toml")).unwrap();
         assert!(c.dossier_fichiers.is_absolute());
     }
 }

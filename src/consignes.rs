@@ -29,8 +29,7 @@ pub fn render(cfg: &Config, with_token: bool, connector: &str) -> String {
     let base = cfg.url_base.trim_end_matches('/');
     let upload_url = format!("{base}/upload.php");
     let example_link = format!("{base}/download.php?fichier=fichier.ext&token=xxxxx");
-    let max_age = duration_fr(cfg.duree_max_depot_secondes);
-    let idle = duration_fr(cfg.duree_inactivite_secondes);
+    let delays = deletion_delays(cfg);
     let max_size = size_fr(cfg.taille_max_fichier_octets);
     let expire = cfg.duree_max_depot_secondes;
 
@@ -67,9 +66,28 @@ Il te renvoie le contenu encodé en base64 (champ `contenu_base64`) : transmets 
 
 Dans tous les cas :
 1. Ne lis jamais le contenu binaire d'un fichier directement dans la conversation par un autre moyen (ex: `cat` suivi d'un encodage manuel) — c'est précisément ce que ce mécanisme permet d'éviter.
-2. Un fichier déposé est effacé automatiquement ({idle} sans téléchargement, ou {max_age} maximum après le dépôt) — n'y dépose jamais de contenu confidentiel ou sensible (le token de dépôt est un simple secret partagé, pas un contrôle d'accès fin).
+2. Un fichier déposé est effacé automatiquement ({delays}) — n'y dépose jamais de contenu confidentiel ou sensible (le token de dépôt est un simple secret partagé, pas un contrôle d'accès fin).
 3. Ce mécanisme sert uniquement dans le sens sandbox → extérieur. Pour ramener un fichier de la sandbox vers le dossier local de l'utilisateur, ce n'est **pas nécessaire** : sandbox et dossier local communiquent déjà directement.
 "#
+    )
+}
+
+/// When a deposited file is erased, in this deployment's durations: "10 minutes sans
+/// téléchargement, ou 1h maximum après le dépôt". Said the same way to the agent ([`render`]) and
+/// to every MCP client ([`mcp_instructions`]).
+pub fn deletion_delays(cfg: &Config) -> String {
+    format!(
+        "{} sans téléchargement, ou {} maximum après le dépôt",
+        duration_fr(cfg.duree_inactivite_secondes),
+        duration_fr(cfg.duree_max_depot_secondes)
+    )
+}
+
+/// The server `instructions` given to MCP clients (`initialize`, `server/discover`).
+pub fn mcp_instructions(cfg: &Config) -> String {
+    format!(
+        "Dépôt de fichiers temporaire : l'outil recuperer_fichier rend un fichier déposé par upload.php, sous forme de lien (mode=\"lien\", par défaut) ou de contenu base64 (mode=\"base64\", seulement si un outil l'exige). Les fichiers sont effacés automatiquement ({}).",
+        deletion_delays(cfg)
     )
 }
 
@@ -163,6 +181,22 @@ mod tests {
         assert!(out.contains("(90 secondes sans téléchargement, ou 1h30 maximum après le dépôt)"));
         assert!(out.contains("\"expire_au_plus_tard_dans_secondes\":5400}"));
         assert!(out.contains("Taille maximale d'un fichier : 1,5 Mio."));
+    }
+
+    #[test]
+    fn mcp_instructions_follow_the_config() {
+        let mut c = cfg();
+        assert!(mcp_instructions(&c).ends_with(
+            "effacés automatiquement (10 minutes sans téléchargement, ou 1h maximum après le dépôt)."
+        ));
+        c.duree_inactivite_secondes = 90;
+        c.duree_max_depot_secondes = 5400;
+        let out = mcp_instructions(&c);
+        assert!(
+            out.ends_with("(90 secondes sans téléchargement, ou 1h30 maximum après le dépôt)."),
+            "{out}"
+        );
+        assert!(render(&c, false, "").contains(&format!("({})", deletion_delays(&c))));
     }
 
     #[test]

@@ -299,6 +299,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             token_acces: &cfg.token_acces,
             liens_par_fichier: cfg.liens_par_fichier,
         },
+        instructions: &crate::consignes::mcp_instructions(cfg),
     };
     let mut splice = Base64Splice::new();
     let out = protocol::dispatch(&ctx, &headers, &parsed, &mut store_source(app, &mut splice));

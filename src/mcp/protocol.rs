@@ -29,9 +29,6 @@ pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const DISCOVER_TTL_MS: u64 = 3_600_000;
 pub const TOOLS_LIST_TTL_MS: u64 = 300_000;
 
-/// Server instructions given by `server/discover`.
-pub const INSTRUCTIONS: &str = "Dépôt de fichiers temporaire : l'outil recuperer_fichier rend un fichier déposé par upload.php, sous forme de lien (mode=\"lien\", par défaut) ou de contenu base64 (mode=\"base64\", seulement si un outil l'exige). Les fichiers sont effacés 10 minutes après leur dernier téléchargement et au plus tard 1 heure après le dépôt.";
-
 /// A protocol version this server knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
@@ -169,6 +166,9 @@ pub enum Reply {
 /// What a request needs from the configuration.
 pub struct Ctx<'a> {
     pub tool: ToolCtx<'a>,
+    /// The server instructions of `initialize` and `server/discover`, which tell this
+    /// deployment's delays (`consignes::mcp_instructions`).
+    pub instructions: &'a str,
 }
 
 /// The reply to one POST and the log lines it produced.
@@ -391,7 +391,7 @@ fn legacy_message(
         "initialize" if in_batch => Err(RpcError::invalid_request(
             "Invalid Request: initialize MUST NOT be part of a batch",
         )),
-        "initialize" => initialize(params),
+        "initialize" => initialize(params, ctx.instructions),
         "ping" => Ok(json!({})),
         "tools/list" => Ok(json!({"tools": [tool::definition(version)]})),
         "tools/call" => {
@@ -411,7 +411,7 @@ fn legacy_message(
 }
 
 /// Legacy `initialize`: echo a supported legacy version, else answer the newest handshake one.
-fn initialize(params: Option<&Value>) -> Result<Value, RpcError> {
+fn initialize(params: Option<&Value>, instructions: &str) -> Result<Value, RpcError> {
     let asked = params
         .and_then(|p| p.get("protocolVersion"))
         .and_then(Value::as_str)
@@ -429,6 +429,7 @@ fn initialize(params: Option<&Value>) -> Result<Value, RpcError> {
         "protocolVersion": answered,
         "capabilities": {"tools": {"listChanged": false}},
         "serverInfo": server_info(),
+        "instructions": instructions,
     }))
 }
 
@@ -557,7 +558,7 @@ fn modern(
             "resultType": "complete",
             "supportedVersions": SUPPORTED_VERSIONS,
             "capabilities": {"tools": {"listChanged": false}},
-            "instructions": INSTRUCTIONS,
+            "instructions": ctx.instructions,
             "ttlMs": DISCOVER_TTL_MS,
             "cacheScope": "public",
         })),

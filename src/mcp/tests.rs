@@ -271,7 +271,7 @@ async fn authorization_outcomes() {
 async fn legacy_handshake_and_ping() {
     let e = env("");
     let init = |v: &str| json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":v,"capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
-    let expected = |v: &str| json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":v,"capabilities":{"tools":{"listChanged":false}},"serverInfo":{"name":"depot-fichiers","version":env!("CARGO_PKG_VERSION")}}});
+    let expected = |v: &str| json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":v,"capabilities":{"tools":{"listChanged":false}},"serverInfo":{"name":"depot-fichiers","version":env!("CARGO_PKG_VERSION")},"instructions":crate::consignes::mcp_instructions(&e.app.cfg)}});
     for (asked, answered) in [
         ("2025-11-25", "2025-11-25"),
         ("2025-06-18", "2025-06-18"),

@@ -1,0 +1,141 @@
+//! The server `instructions` that MCP clients read tell this deployment's delays: the real binary
+//! (`--listen unix:…`) configured with other durations than the defaults, a real introspection
+//! server, and both eras (`initialize`, `server/discover`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Guard;
+use common::fcgi::FcgiClient;
+use common::introspection::{self, IntrospectionServer};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz012345-_.~";
+const RESOURCE: &str = "https://depot.test/mcp.php";
+
+struct Server {
+    _guard: Guard,
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    _idp: IntrospectionServer,
+}
+
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+impl Server {
+    fn start(extra: &str) -> Server {
+        let idp = IntrospectionServer::start(RESOURCE);
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let config = root.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "token_acces = \"{TOKEN}\"\n\
+                 dossier_fichiers = \"{}\"\ndossier_log = \"{}\"\n\
+                 url_base = \"https://depot.test\"\noauth_url = \"https://as.test\"\n\
+                 oauth_introspection_url = {}\n\
+                 oauth_client_id = {}\noauth_client_secret = {}\n{extra}\n",
+                root.join("files").display(),
+                root.join("log").display(),
+                toml_string(&idp.url()),
+                toml_string(introspection::CLIENT_ID),
+                toml_string(introspection::CLIENT_SECRET),
+            ),
+        )
+        .unwrap();
+        let socket = root.join("fcgi.sock");
+        let mut cmd = Command::new(common::binary());
+        cmd.arg("--config")
+            .arg(&config)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()));
+        let guard = Guard::spawn("depot-fichiers", cmd, &root.join("stderr.log"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while FcgiClient::unix(&socket).is_err() {
+            assert!(Instant::now() < deadline, "the binary did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            _guard: guard,
+            _dir: dir,
+            socket,
+            _idp: idp,
+        }
+    }
+
+    /// A POST to /mcp.php with an accepted bearer token and these extra headers; the JSON answer.
+    fn mcp(&self, headers: &[(&str, &str)], body: &Value) -> Value {
+        let auth = format!("Bearer {}", introspection::TOK_ACTIVE);
+        let body = body.to_string();
+        let len = body.len().to_string();
+        let mut p = vec![
+            ("REQUEST_METHOD", "POST"),
+            ("SCRIPT_NAME", "/mcp.php"),
+            ("REQUEST_URI", "/mcp.php"),
+            ("CONTENT_TYPE", "application/json"),
+            ("HTTP_AUTHORIZATION", auth.as_str()),
+            ("CONTENT_LENGTH", len.as_str()),
+            ("GATEWAY_INTERFACE", "CGI/1.1"),
+        ];
+        p.extend_from_slice(headers);
+        let r = FcgiClient::unix(&self.socket)
+            .unwrap()
+            .request(&p, body.as_bytes())
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_slice(&r.body).unwrap()
+    }
+}
+
+/// Both eras' instructions, from a server started with `extra` in its configuration.
+fn instructions(extra: &str) -> [String; 2] {
+    let s = Server::start(extra);
+    let legacy = s.mcp(
+        &[],
+        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}),
+    );
+    let modern = s.mcp(
+        &[
+            ("HTTP_MCP_PROTOCOL_VERSION", "2026-07-28"),
+            ("HTTP_MCP_METHOD", "server/discover"),
+        ],
+        &json!({"jsonrpc":"2.0","id":2,"method":"server/discover","params":{"_meta":{
+            "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+            "io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},
+            "io.modelcontextprotocol/clientCapabilities":{}}}}),
+    );
+    [legacy, modern].map(|v| {
+        v["result"]["instructions"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no instructions: {v}"))
+            .to_string()
+    })
+}
+
+#[test]
+fn instructions_tell_the_configured_delays_in_both_eras() {
+    for text in instructions("duree_inactivite_secondes = 90\nduree_max_depot_secondes = 5400") {
+        assert!(text.contains("recuperer_fichier"), "{text}");
+        assert!(
+            text.contains("(90 secondes sans téléchargement, ou 1h30 maximum après le dépôt)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("10 minutes") && !text.contains("1 heure"),
+            "{text}"
+        );
+    }
+    for text in instructions("") {
+        assert!(
+            text.contains("(10 minutes sans téléchargement, ou 1h maximum après le dépôt)"),
+            "{text}"
+        );
+    }
+}

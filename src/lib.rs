@@ -18,6 +18,4 @@ pub mod names;
 pub mod oauth;
 pub mod router;
 pub mod store;
-#[cfg(test)]
-pub(crate) mod testutil;
 pub mod upload;

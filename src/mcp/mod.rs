@@ -224,14 +224,14 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             crate::log::quoted(origin.chars().take(100).collect::<String>())
         ));
         return rpc_error_response(
-            &RpcError::new(-32600, "Forbidden: origine (Origin) non autorisée").with_status(403),
+            &RpcError::new(-32600, "Forbidden: Origin not allowed").with_status(403),
         );
     }
     if req.method() != "POST" {
         return rpc_error_response(
             &RpcError::new(
                 -32600,
-                "Method Not Allowed: seul POST est accepté sur /mcp.php (pas de flux SSE ni de session)",
+                "Method Not Allowed: only POST is accepted (no SSE stream, no session)",
             )
             .with_status(405),
         )
@@ -257,7 +257,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         rpc_error_response(
             &RpcError::new(
                 -32600,
-                format!("Requête trop volumineuse : {limit} octets au maximum."),
+                format!("Payload Too Large: the request body exceeds {limit} bytes"),
             )
             .with_status(413),
         )
@@ -280,7 +280,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             app.log
                 .line(&format!("POST /mcp.php — corps illisible : {e} — REFUSÉ"));
             return rpc_error_response(&RpcError::invalid_request(
-                "Invalid Request: corps de requête illisible",
+                "Invalid Request: unreadable request body",
             ));
         }
     };
@@ -317,5 +317,3 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         .header("X-Content-Type-Options", "nosniff")
         .with_parts(splice.parts(text))
 }
-#[cfg(test)]
-mod tests;

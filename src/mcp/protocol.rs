@@ -111,11 +111,7 @@ impl RpcError {
 
     /// -32700, HTTP 400.
     pub fn parse_error() -> Self {
-        RpcError::new(
-            -32700,
-            "Parse error: le corps de la requête n'est pas du JSON valide",
-        )
-        .with_status(400)
+        RpcError::new(-32700, "Parse error: the request body is not valid JSON").with_status(400)
     }
 
     /// -32022 with `{supported, requested}`, HTTP 400.

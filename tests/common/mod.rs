@@ -8,8 +8,10 @@
 //! we own), and is stopped on `Drop` (plus `PR_SET_PDEATHSIG` where the credentials allow it).
 #![allow(dead_code)]
 
+pub mod answer;
 pub mod apache;
 pub mod audit;
+pub mod config;
 pub mod fcgi;
 pub mod introspection;
 pub mod nginx;

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
+use common::answer::Answer;
 use common::apache::{Apache, Mode};
 use common::fcgi::FcgiClient;
 use common::introspection::{self as intro, IntrospectionServer};
@@ -108,21 +109,6 @@ fn stress_config(introspection_url: &str) -> Vec<(&'static str, String)> {
 
 // ------------------------------------------------------------------------------------------------
 // Transport: FastCGI to several processes, or HTTP/1.0 to Apache.
-
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
 
 struct Req {
     method: &'static str,

@@ -497,11 +497,6 @@ impl Config {
         line("liens_par_fichier", self.liens_par_fichier.to_string());
         s
     }
-
-    /// Path of the sidecar folder.
-    pub fn meta_dir(&self) -> PathBuf {
-        self.dossier_fichiers.join(".meta")
-    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,7 @@ pub enum AuthError {
 }
 
 impl AuthError {
+    /// The HTTP status of the refusal.
     pub fn status(&self) -> u16 {
         match self {
             AuthError::Missing | AuthError::InvalidToken(_) => 401,
@@ -186,8 +187,11 @@ pub fn extract_bearer(header: Option<&str>) -> Result<&str, AuthError> {
 /// What a valid token told us (for the log).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TokenInfo {
+    /// `client_id` of the introspection answer.
     pub client_id: Option<String>,
+    /// `sub` of the introspection answer.
     pub sub: Option<String>,
+    /// `scope` of the introspection answer.
     pub scope: Option<String>,
 }
 

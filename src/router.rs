@@ -9,8 +9,11 @@ use crate::{download, mcp, metadata, upload};
 
 /// What a process loads once and every request shares.
 pub struct App {
+    /// The configuration.
     pub cfg: Config,
+    /// The file store.
     pub store: Store,
+    /// The log.
     pub log: Log,
 }
 
@@ -52,10 +55,15 @@ impl App {
 /// The endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
+    /// `upload.php`.
     Upload,
+    /// `download.php`.
     Download,
+    /// `mcp.php`.
     Mcp,
+    /// The OAuth protected-resource metadata.
     Metadata,
+    /// Anything else.
     NotFound,
 }
 

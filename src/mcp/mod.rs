@@ -97,6 +97,7 @@ pub struct Base64Splice {
 const INDEX_DIGITS: usize = 8;
 
 impl Base64Splice {
+    /// An empty splice with a fresh random marker.
     pub fn new() -> Self {
         use std::hash::{BuildHasher, RandomState};
         // SipHash keyed from the OS's randomness (std's `RandomState`): unpredictable outside.

@@ -21,12 +21,16 @@ pub const SUPPORTED_VERSIONS: [&str; 5] = [
 /// The newest handshake (legacy) version, answered to an `initialize` asking for anything else.
 pub const LATEST_HANDSHAKE_VERSION: &str = "2025-11-25";
 
+/// `_meta` key of the protocol version (2026-07-28).
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the client capabilities (2026-07-28).
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of the server information (2026-07-28).
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// `ttlMs` of `server/discover` and `tools/list` (the tool list never changes within a release).
 pub const DISCOVER_TTL_MS: u64 = 3_600_000;
+/// `ttlMs` of `tools/list` (2026-07-28).
 pub const TOOLS_LIST_TTL_MS: u64 = 300_000;
 
 /// Server instructions given by `server/discover`.
@@ -35,14 +39,20 @@ pub const INSTRUCTIONS: &str = "Dépôt de fichiers temporaire : l'outil recuper
 /// A protocol version this server knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
+    /// 2024-11-05.
     V2024_11_05,
+    /// 2025-03-26.
     V2025_03_26,
+    /// 2025-06-18.
     V2025_06_18,
+    /// 2025-11-25.
     V2025_11_25,
+    /// 2026-07-28 (stateless).
     V2026_07_28,
 }
 
 impl Version {
+    /// A supported version, `None` otherwise.
     pub fn parse(s: &str) -> Option<Version> {
         Some(match s {
             "2024-11-05" => Version::V2024_11_05,
@@ -54,6 +64,7 @@ impl Version {
         })
     }
 
+    /// The version as written on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             Version::V2024_11_05 => "2024-11-05",
@@ -69,6 +80,7 @@ impl Version {
         self >= Version::V2025_06_18
     }
 
+    /// Whether this is the stateless era (2026-07-28).
     pub fn is_modern(self) -> bool {
         self == Version::V2026_07_28
     }
@@ -77,9 +89,13 @@ impl Version {
 /// A JSON-RPC error and the HTTP status it travels with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
+    /// JSON-RPC error code.
     pub code: i64,
+    /// The message.
     pub message: String,
+    /// Optional `data`.
     pub data: Option<Value>,
+    /// HTTP status of the answer.
     pub status: u16,
 }
 
@@ -94,11 +110,13 @@ impl RpcError {
         }
     }
 
+    /// Sets the HTTP status.
     pub fn with_status(mut self, status: u16) -> Self {
         self.status = status;
         self
     }
 
+    /// Sets `data`.
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self
@@ -144,8 +162,11 @@ impl RpcError {
 /// The MCP request headers, as received (values trimmed of spaces and tabs; `None` when absent).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct McpHeaders {
+    /// `MCP-Protocol-Version`.
     pub protocol_version: Option<String>,
+    /// `Mcp-Method`.
     pub method: Option<String>,
+    /// `Mcp-Name`.
     pub name: Option<String>,
 }
 
@@ -164,12 +185,15 @@ pub enum Reply {
 
 /// What a request needs from the configuration.
 pub struct Ctx<'a> {
+    /// What the tool needs.
     pub tool: ToolCtx<'a>,
 }
 
 /// The reply to one POST and the log lines it produced.
 pub struct Dispatched {
+    /// The HTTP-level answer.
     pub reply: Reply,
+    /// Log lines to write (one per tool call).
     pub log_lines: Vec<String>,
 }
 

@@ -11,20 +11,33 @@ use depot_fichiers::log::{LOG_FILE, Log};
 use depot_fichiers::oauth::{AuthError, authorize};
 
 /// A configuration rooted in `dir`, introspecting at `introspection_url`, with `extra` TOML lines.
+///
+/// For the secrets audit, `dir/log` is a symbolic link to a folder of `target/audit-secrets/`
+/// (kept after the test); the configuration names the link's target, since the program refuses a
+/// log folder that is a symbolic link.
 fn config(dir: &std::path::Path, introspection_url: &str, extra: &str) -> Config {
     for s in [TOKEN, is::CLIENT_SECRET].iter().chain(&is::TOKENS) {
         audit::secret(s);
     }
+    let link = dir.join("log");
+    if std::fs::symlink_metadata(&link).is_err() {
+        let kept = audit::fresh_dir("logs");
+        std::fs::create_dir_all(&kept).unwrap();
+        let private = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+        std::fs::set_permissions(&kept, private).unwrap();
+        std::os::unix::fs::symlink(&kept, &link).unwrap();
+    }
+    let log = std::fs::canonicalize(&link).unwrap();
     TestConfig::new(dir)
+        .set("dossier_log", log.display().to_string())
         .introspection(introspection_url, is::CLIENT_ID, is::CLIENT_SECRET)
         .set("oauth_delai_max_secondes", 1.0)
         .extra(extra)
         .parse()
 }
 
-/// The lines of the log written under `dir` (a copy is kept for the secrets audit).
+/// The lines of the log written under `dir`.
 fn log_text(dir: &std::path::Path) -> String {
-    audit::keep_logs(&dir.join("log"));
     std::fs::read_to_string(dir.join("log").join(LOG_FILE)).unwrap_or_default()
 }
 

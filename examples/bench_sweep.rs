@@ -6,9 +6,12 @@
 
 use std::time::Instant;
 
-use depot_fichiers::config;
+#[path = "../tests/common/config.rs"]
+mod test_config;
+
 use depot_fichiers::names::Name;
 use depot_fichiers::store::Store;
+use test_config::TestConfig;
 
 fn main() {
     let base = std::env::args().nth(1).map(std::path::PathBuf::from);
@@ -19,16 +22,13 @@ fn main() {
     println!("coût du balayage (aucun fichier expiré ; médianes) :");
     for count in [0usize, 1_000, 10_000] {
         let root = dir.path().join(format!("n{count}"));
-        let text = format!(
-            "token_acces = \"0123456789abcdef0123456789abcdef\"\n\
-             dossier_fichiers = \"{}\"\ndossier_log = \"{}\"\n\
-             url_base = \"https://x.example\"\noauth_url = \"https://o.example\"\n\
-             oauth_client_id = \"c\"\noauth_client_secret = \"s\"\n\
-             balayage_intervalle_min_ms = 1000\n",
-            root.join("files").display(),
-            root.join("log").display()
-        );
-        let cfg = config::parse(&text).unwrap();
+        let cfg = TestConfig::new(&root)
+            .set("url_base", "https://x.example")
+            .set("oauth_url", "https://o.example")
+            .set("oauth_client_id", "c")
+            .set("oauth_client_secret", "s")
+            .set("balayage_intervalle_min_ms", 1000)
+            .parse();
         let store = Store::open(&cfg, &mut Vec::new()).unwrap();
         for i in 0..count {
             let mut up = store.begin_upload().unwrap();

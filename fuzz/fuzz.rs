@@ -5,6 +5,8 @@
 //! property is violated; its return value is the outcome signature that guides the harness.
 
 mod harness;
+#[path = "../tests/common/config.rs"]
+mod test_config;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -13,7 +15,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use depot_fichiers::app::App;
-use depot_fichiers::config;
 use depot_fichiers::fastcgi::record::{self, DecodeError};
 use depot_fichiers::fastcgi::{ConnConfig, Handler, serve_connection};
 use depot_fichiers::http::{Body, Params, Request, Response, ResponseBody};
@@ -24,6 +25,7 @@ use depot_fichiers::names::{self, MAX_NAME_BYTES, Name};
 use depot_fichiers::router;
 use harness::{Target, fuzz};
 use serde_json::Value;
+use test_config::TestConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -310,22 +312,12 @@ struct UploadEnv {
 fn upload_env() -> UploadEnv {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
-    let text = format!(
-        r#"
-token_acces = "{TOKEN}"
-dossier_fichiers = "{files}"
-dossier_log = "{log}"
-url_base = "https://depot.example.org"
-oauth_url = "https://oauth.example.org"
-oauth_client_id = "depot"
-oauth_client_secret = "client-secret-value"
-taille_max_fichier_octets = 4096
-taille_max_totale_octets = 65536
-"#,
-        files = root.join("files").display(),
-        log = root.join("log").display(),
-    );
-    let app = App::new(config::parse(&text).unwrap()).unwrap();
+    let cfg = TestConfig::new(&root)
+        .set("token_acces", TOKEN)
+        .set("taille_max_fichier_octets", 4096)
+        .set("taille_max_totale_octets", 65536)
+        .parse();
+    let app = App::new(cfg).unwrap();
     UploadEnv {
         files: root.join("files"),
         _dir: dir,

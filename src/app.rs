@@ -10,8 +10,11 @@ use crate::store::Store;
 
 /// What a process loads once and every request shares.
 pub struct App {
+    /// The configuration, loaded once.
     pub cfg: Config,
+    /// The file store, through its folders' descriptors.
     pub store: Store,
+    /// The log.
     pub log: Log,
 }
 

@@ -370,11 +370,6 @@ impl Config {
     pub fn describe(&self) -> String {
         toml::to_string(self).expect("the configuration always serialises")
     }
-
-    /// Path of the sidecar folder.
-    pub fn meta_dir(&self) -> PathBuf {
-        self.dossier_fichiers.join(".meta")
-    }
 }
 
 #[cfg(test)]

@@ -61,7 +61,12 @@ pub enum RunError {
     /// Another process already listens on the Unix socket path.
     SocketInUse(PathBuf),
     /// Binding or listening failed.
-    Bind { addr: String, source: io::Error },
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// The system's error.
+        source: io::Error,
+    },
     /// Inspecting or adopting fd 0 failed.
     Stdin(io::Error),
     /// The runtime or the signal handlers could not be set up.
@@ -121,6 +126,7 @@ pub enum ListenAddr {
 }
 
 impl ListenAddr {
+    /// Parses `unix:PATH` or `tcp:HOST:PORT` (the `--listen` argument).
     pub fn parse(spec: &str) -> Result<ListenAddr, RunError> {
         let bad = || RunError::BadListen(spec.to_string());
         if let Some(path) = spec.strip_prefix("unix:") {
@@ -140,7 +146,9 @@ impl ListenAddr {
 
 /// A listening socket, adopted from fd 0 or bound by us.
 pub enum Listener {
+    /// A Unix socket.
     Unix(UnixListener),
+    /// A TCP socket.
     Tcp(TcpListener),
 }
 

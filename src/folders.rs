@@ -35,6 +35,7 @@ const OPEN_WRITE: u32 = 0o022;
 pub enum Finding {
     /// Not there yet (created 0700 at start-up).
     Missing,
+    /// Usable as it is.
     Fine,
     /// Ours but writable by group or others (its mode, to be tightened to 0700).
     TooOpen(u32),
@@ -151,7 +152,9 @@ impl From<FolderError> for io::Error {
 
 /// A folder opened and checked; `tightened` holds the mode it had when it was too open.
 pub struct Opened {
+    /// The open folder.
     pub fd: OwnedFd,
+    /// The former mode, when the folder was tightened to 0700.
     pub tightened: Option<u32>,
 }
 

@@ -22,10 +22,12 @@ use tokio::sync::mpsc;
 pub struct Params(HashMap<String, Vec<u8>>);
 
 impl Params {
+    /// No parameters.
     pub fn new() -> Self {
         Self(HashMap::new())
     }
 
+    /// Sets one parameter.
     pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
         self.0.insert(name.into(), value.into());
     }
@@ -35,18 +37,17 @@ impl Params {
         self.0.get(name).and_then(|v| std::str::from_utf8(v).ok())
     }
 
+    /// The raw value.
     pub fn get_bytes(&self, name: &str) -> Option<&[u8]> {
         self.0.get(name).map(|v| v.as_slice())
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &Vec<u8>)> {
-        self.0.iter()
-    }
-
+    /// Number of parameters.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether there is no parameter.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -148,11 +149,14 @@ impl Stream for Body {
 
 /// One request, as the web server describes it.
 pub struct Request {
+    /// The CGI/FastCGI parameters.
     pub params: Params,
+    /// The request body, read as it arrives.
     pub body: Body,
 }
 
 impl Request {
+    /// `REQUEST_METHOD` (empty when absent).
     pub fn method(&self) -> &str {
         self.params.get("REQUEST_METHOD").unwrap_or("GET")
     }
@@ -193,9 +197,13 @@ pub enum ResponseBody {
     /// When every byte has been handed to the web server, the file's mtime is set to now if
     /// `touch_when_sent` (the "last download" clock of the contract, §2.2).
     File {
+        /// The open file.
         file: File,
+        /// First byte sent.
         offset: u64,
+        /// Number of bytes sent.
         len: u64,
+        /// Whether the file's last-download time is set once everything is sent.
         touch_when_sent: bool,
     },
     /// Text and base64-encoded files, in order (a JSON reply whose base64 strings are spliced in
@@ -207,7 +215,9 @@ pub enum ResponseBody {
 /// padding) when the response is sent: the MCP `mode="base64"` content, never held in memory.
 #[derive(Debug, Clone)]
 pub struct Base64File {
+    /// The open file.
     pub file: Rc<File>,
+    /// Number of bytes encoded.
     pub len: u64,
 }
 
@@ -221,7 +231,9 @@ impl Base64File {
 /// A piece of a [`ResponseBody::Parts`] body.
 #[derive(Debug, Clone)]
 pub enum Part {
+    /// Bytes sent as they are.
     Text(Vec<u8>),
+    /// A file sent base64-encoded.
     Base64(Base64File),
 }
 
@@ -284,12 +296,16 @@ pub fn parts_to_vec(parts: &[Part]) -> io::Result<Vec<u8>> {
 
 /// A complete answer.
 pub struct Response {
+    /// HTTP status.
     pub status: u16,
+    /// Headers, in order.
     pub headers: Vec<(String, String)>,
+    /// The body.
     pub body: ResponseBody,
 }
 
 impl Response {
+    /// A response with this status, no header and no body.
     pub fn new(status: u16) -> Self {
         Response {
             status,
@@ -298,6 +314,7 @@ impl Response {
         }
     }
 
+    /// Adds a header.
     pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
         self.headers.push((name.to_string(), value.into()));
         self
@@ -312,11 +329,13 @@ impl Response {
             .with_body(body)
     }
 
+    /// Sets a body held in memory.
     pub fn with_body(mut self, body: Vec<u8>) -> Self {
         self.body = ResponseBody::Bytes(body);
         self
     }
 
+    /// Sets a body made of parts (text and base64-encoded files).
     pub fn with_parts(mut self, parts: Vec<Part>) -> Self {
         self.body = ResponseBody::Parts(parts);
         self
@@ -338,6 +357,7 @@ impl Response {
         self
     }
 
+    /// The first header of that name (case-insensitive).
     pub fn get_header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()

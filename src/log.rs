@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
+/// Name of the log file in `dossier_log`.
 pub const LOG_FILE: &str = "depot-fichiers.log";
 
 /// The log of one process.
@@ -91,18 +92,6 @@ pub fn error_line(what: &str) -> String {
     format!("{what} — ERREUR")
 }
 
-/// A query string with the value of `token=` redacted.
-pub fn redact_query(query: &str) -> String {
-    query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((k, v)) if k.eq_ignore_ascii_case("token") => format!("{k}={}", redact(v)),
-            _ => pair.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
 impl Log {
     /// Opens the folder (created 0700 if missing). Never fails: problems show up at write time.
     /// The program itself uses [`Log::in_dir`], after the folder's check.
@@ -138,12 +127,9 @@ impl Log {
         }
     }
 
+    /// Whether `debug = true`: the DEBUG lines are written.
     pub fn debug_enabled(&self) -> bool {
         self.debug
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// One significant operation.
@@ -301,10 +287,6 @@ mod tests {
     #[test]
     fn redaction() {
         assert_eq!(redact("0123456789abcdef"), "0123…");
-        assert_eq!(
-            redact_query("fichier=a&token=0123456789abcdef"),
-            "fichier=a&token=0123…"
-        );
         let l = "x".repeat(100_000);
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), false, 1 << 20, 1);

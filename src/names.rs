@@ -21,14 +21,20 @@ pub struct Name(String);
 /// Why a name was refused; each maps to 400 `nom_invalide` (upload, download) or `-32602` (MCP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NameError {
+    /// Empty name.
     Empty,
+    /// `.` or `..`.
     DotName,
+    /// Not UTF-8.
     InvalidUtf8,
+    /// A control character.
     ControlCharacter,
     /// A Unicode bidirectional control (U+202A–U+202E, U+2066–U+2069) or a line/paragraph
     /// separator (U+2028, U+2029): they change how the name is displayed.
     InvisibleControl,
+    /// Longer than `MAX_NAME_BYTES`.
     TooLong,
+    /// A name reserved by the store.
     Reserved,
 }
 
@@ -98,6 +104,7 @@ impl Name {
         Ok(Name(s.to_string()))
     }
 
+    /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }

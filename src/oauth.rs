@@ -50,6 +50,7 @@ pub enum AuthError {
 }
 
 impl AuthError {
+    /// The HTTP status of the refusal.
     pub fn status(&self) -> u16 {
         match self {
             AuthError::Missing | AuthError::InvalidToken(_) => 401,
@@ -194,8 +195,11 @@ pub fn extract_bearer(header: Option<&str>) -> Result<&str, AuthError> {
 /// What a valid token told us (for the log).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TokenInfo {
+    /// `client_id` of the introspection answer.
     pub client_id: Option<String>,
+    /// `sub` of the introspection answer.
     pub sub: Option<String>,
+    /// `scope` of the introspection answer.
     pub scope: Option<String>,
 }
 
@@ -479,8 +483,23 @@ pub async fn authorize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::introspection::{self as is, IntrospectionServer};
-    use crate::testutil::{config, log_text};
+
+    /// A configuration from a literal TOML text (nothing is read or written).
+    fn config() -> Config {
+        crate::config::parse(
+            r#"
+token_acces = "0123456789abcdef0123456789abcdef"
+dossier_fichiers = "/srv/depot/fichiers"
+dossier_log = "/srv/depot/log"
+url_base = "https://depot.example.org"
+oauth_url = "https://oauth.example.org"
+oauth_introspection_url = "http://127.0.0.1:9/x"
+oauth_client_id = "depot client"
+oauth_client_secret = "s3cr3t:&=+ é"
+"#,
+        )
+        .unwrap()
+    }
 
     const RM: &str = "resource_metadata=\"https://depot.example.org/.well-known/oauth-protected-resource/mcp.php\"";
 
@@ -514,8 +533,7 @@ mod tests {
 
     #[test]
     fn exact_challenges() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let mut cfg = config();
         let ch = |e: AuthError, cfg: &Config| e.challenge(cfg);
         assert_eq!(
             ch(AuthError::Missing, &cfg).unwrap(),
@@ -551,8 +569,7 @@ mod tests {
 
     #[test]
     fn responses_carry_status_and_headers() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let cfg = config();
         let cases = [
             (AuthError::Missing, 401, true),
             (AuthError::InvalidRequest("x".into()), 400, true),
@@ -579,8 +596,7 @@ mod tests {
 
     #[test]
     fn introspection_answer_checks() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
+        let mut cfg = config();
         let r = "https://depot.example.org/mcp.php";
         let now = 1_800_000_000;
         let ok = |cfg: &Config, v| check_introspection(cfg, &answer(v), now);
@@ -673,9 +689,7 @@ mod tests {
 
     #[test]
     fn client_credentials_are_form_encoded_before_base64() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path(), "http://127.0.0.1:9/x", "");
-        assert_eq!(client_basic_auth(&cfg), is::expected_basic());
+        let cfg = config();
         let raw = base64::engine::general_purpose::STANDARD
             .decode(client_basic_auth(&cfg).strip_prefix("Basic ").unwrap())
             .unwrap();
@@ -694,194 +708,5 @@ mod tests {
         assert!(d.contains("abcd…") && d.contains("tok-…"));
         let long = format!("<html>{}</html>", "x".repeat(2000));
         assert_eq!(debug_dump(&long, "t0k").chars().count(), 501);
-    }
-
-    fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    }
-
-    #[test]
-    fn against_a_real_introspection_server() {
-        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path(), &server.url(), "debug = true");
-        let log = Log::open(&cfg.dossier_log, true, 1 << 20, 1);
-        let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
-
-        let info = auth(is::TOK_ACTIVE).unwrap();
-        assert_eq!(info.client_id.as_deref(), Some("claude"));
-        let rec = server.recorded();
-        let last = rec.last().unwrap();
-        assert_eq!(last.method, "POST");
-        assert_eq!(last.path, "/introspect");
-        assert_eq!(
-            last.authorization.as_deref(),
-            Some(is::expected_basic().as_str())
-        );
-        assert_eq!(
-            last.content_type.as_deref(),
-            Some("application/x-www-form-urlencoded")
-        );
-        assert_eq!(last.body, "token=tok-active&token_type_hint=access_token");
-
-        assert!(auth(is::TOK_AUD_ARRAY).is_ok());
-        assert!(auth(is::TOK_AUD_UPPER).is_ok());
-        assert!(
-            auth(is::TOK_NO_SCOPE).is_ok(),
-            "no scope required by default"
-        );
-        for tok in [
-            is::TOK_INACTIVE,
-            is::TOK_ACTIVE_STRING,
-            is::TOK_FOREIGN_AUD,
-            is::TOK_NO_AUD,
-            is::TOK_EXPIRED,
-            is::TOK_REFRESH_LIKE,
-            is::TOK_REFRESH_TYPE,
-            "unknown-token",
-        ] {
-            let e = auth(tok).unwrap_err();
-            assert!(matches!(e, AuthError::InvalidToken(_)), "{tok}: {e:?}");
-        }
-        for tok in [
-            is::TOK_NOT_JSON,
-            is::TOK_JSON_ARRAY,
-            is::TOK_500,
-            is::TOK_REDIRECT,
-        ] {
-            let e = auth(tok).unwrap_err();
-            assert!(matches!(e, AuthError::Unavailable(_)), "{tok}: {e:?}");
-            assert_eq!(e.to_response(&cfg).status, 503);
-        }
-        // Nothing of the introspection server's table is cached: each call asks again.
-        let before = server.recorded().len();
-        auth(is::TOK_ACTIVE).unwrap();
-        auth(is::TOK_ACTIVE).unwrap();
-        assert_eq!(server.recorded().len(), before + 2);
-
-        let header = format!("Bearer {}", is::TOK_INACTIVE);
-        let e = auth(is::TOK_INACTIVE).unwrap_err();
-        assert_eq!(
-            e.log_words(Some(&header)),
-            "token invalide (inactif) [token tok-…]"
-        );
-        let text = log_text(dir.path());
-        assert!(text.contains("DEBUG introspection : HTTP 200"), "{text}");
-        assert!(!text.contains("tok-active\""), "{text}");
-        assert!(!text.contains(is::CLIENT_SECRET), "{text}");
-    }
-
-    #[test]
-    fn scope_required() {
-        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = config(
-            dir.path(),
-            &server.url(),
-            "oauth_scope_requis = \"fichiers:lire\"",
-        );
-        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
-        let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
-        assert!(auth(is::TOK_ACTIVE).is_ok());
-        for tok in [is::TOK_NO_SCOPE, is::TOK_OTHER_SCOPE] {
-            let e = auth(tok).unwrap_err();
-            assert!(matches!(e, AuthError::InsufficientScope(_)), "{tok}: {e:?}");
-            assert_eq!(e.to_response(&cfg).status, 403);
-        }
-    }
-
-    #[test]
-    fn wrong_client_secret_is_a_503() {
-        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(dir.path(), &server.url(), "");
-        cfg.oauth_client_secret = "pas-le-bon-secret".into();
-        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
-        let e = rt()
-            .block_on(authorize(&cfg, &log, Some("Bearer tok-active")))
-            .unwrap_err();
-        let AuthError::Unavailable(why) = &e else {
-            panic!("{e:?}")
-        };
-        assert!(
-            why.contains("401") && why.contains("oauth_client_secret"),
-            "{why}"
-        );
-        let r = e.to_response(&cfg);
-        assert_eq!(r.status, 503);
-        assert_eq!(r.get_header("Retry-After"), Some("5"));
-        assert!(r.get_header("WWW-Authenticate").is_none());
-        let words = e.log_words(Some("Bearer tok-active"));
-        assert!(
-            words.contains("introspection impossible (réponse HTTP 401"),
-            "{words}"
-        );
-        let text = log_text(dir.path()) + &words;
-        assert!(
-            !text.contains("pas-le-bon-secret") && !text.contains("tok-active"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn slow_server_is_cut_at_the_configured_delay() {
-        let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(dir.path(), &server.url(), "");
-        cfg.oauth_delai_max_secondes = 0.5;
-        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
-        let t0 = std::time::Instant::now();
-        let e = rt()
-            .block_on(authorize(
-                &cfg,
-                &log,
-                Some(&format!("Bearer {}", is::TOK_SLOW)),
-            ))
-            .unwrap_err();
-        let took = t0.elapsed();
-        assert!(
-            matches!(&e, AuthError::Unavailable(w) if w.contains("délai")),
-            "{e:?}"
-        );
-        assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
-    }
-
-    #[test]
-    fn unreachable_server_is_a_503() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path(), &is::refused_url(), "");
-        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
-        let e = rt()
-            .block_on(authorize(&cfg, &log, Some("Bearer tok-active")))
-            .unwrap_err();
-        assert!(
-            matches!(&e, AuthError::Unavailable(w) if w.contains("injoignable")),
-            "{e:?}"
-        );
-        assert!(e.reason().starts_with("introspection impossible"), "{e:?}");
-    }
-
-    #[test]
-    fn header_problems_never_reach_the_network() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path(), &is::refused_url(), "");
-        let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
-        let rt = rt();
-        assert_eq!(
-            rt.block_on(authorize(&cfg, &log, None)),
-            Err(AuthError::Missing)
-        );
-        assert!(matches!(
-            rt.block_on(authorize(&cfg, &log, Some("Basic eDp5"))),
-            Err(AuthError::InvalidRequest(_))
-        ));
-        assert_eq!(AuthError::Missing.log_words(None), "token absent");
-        assert_eq!(
-            AuthError::InvalidRequest("x".into()).log_words(Some("Basic eDp5")),
-            "en-tête Authorization invalide (x)"
-        );
     }
 }

@@ -9,10 +9,15 @@ use crate::{download, mcp, metadata, upload};
 /// The endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
+    /// `upload.php`.
     Upload,
+    /// `download.php`.
     Download,
+    /// `mcp.php`.
     Mcp,
+    /// The OAuth protected-resource metadata.
     Metadata,
+    /// Anything else.
     NotFound,
 }
 

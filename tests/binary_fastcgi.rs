@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Guard;
+use common::config::TestConfig;
 use common::fcgi::{FcgiClient, FcgiResponse};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -27,18 +28,14 @@ impl Server {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let config = root.join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "token_acces = \"{TOKEN}\"\n\
-                 dossier_fichiers = \"{}\"\ndossier_log = \"{}\"\n\
-                 url_base = \"https://depot.test\"\noauth_url = \"https://as.test\"\n\
-                 oauth_client_id = \"c\"\noauth_client_secret = \"secret\"\n{extra}\n",
-                root.join("files").display(),
-                root.join("log").display()
-            ),
-        )
-        .unwrap();
+        TestConfig::new(root)
+            .set("token_acces", TOKEN)
+            .set("url_base", "https://depot.test")
+            .set("oauth_url", "https://as.test")
+            .set("oauth_client_id", "c")
+            .set("oauth_client_secret", "secret")
+            .extra(extra)
+            .write(&config);
         let socket = root.join("fcgi.sock");
         let mut cmd = Command::new(common::binary());
         cmd.arg("--config")

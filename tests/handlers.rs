@@ -6,16 +6,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use depot_fichiers::app::App;
-use depot_fichiers::config;
 use depot_fichiers::http::{Body, Params, Request, Response, write_response};
 use depot_fichiers::router;
 use serde_json::Value;
 
-#[path = "common/audit.rs"]
-mod audit;
+mod common;
 
-const TOKEN: &str = "0123456789abcdef0123456789abcdef";
-const CLIENT_SECRET: &str = "client-secret-value";
+use common::answer::Answer;
+use common::audit;
+use common::config::{CLIENT_SECRET, TOKEN, TestConfig};
 
 struct Env {
     /// Copies the log folder for the secrets audit (before `_dir` is removed).
@@ -28,21 +27,7 @@ struct Env {
 fn env(extra: &str) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
-    let text = format!(
-        r#"
-token_acces = "{TOKEN}"
-dossier_fichiers = "{files}"
-dossier_log = "{log}"
-url_base = "https://depot.example.org"
-oauth_url = "https://oauth.example.org"
-oauth_client_id = "depot"
-oauth_client_secret = "{CLIENT_SECRET}"
-{extra}
-"#,
-        files = root.join("files").display(),
-        log = root.join("log").display(),
-    );
-    let cfg = config::parse(&text).unwrap();
+    let cfg = TestConfig::new(&root).extra(extra).parse();
     let app = App::new(cfg).unwrap();
     audit::secret(TOKEN);
     audit::secret(CLIENT_SECRET);
@@ -51,39 +36,6 @@ oauth_client_secret = "{CLIENT_SECRET}"
         _dir: dir,
         root,
         app,
-    }
-}
-
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!("{e}: {}", String::from_utf8_lossy(&self.body));
-        })
-    }
-    fn assert_error(&self, status: u16, code: &str) {
-        assert_eq!(
-            self.status,
-            status,
-            "{}",
-            String::from_utf8_lossy(&self.body)
-        );
-        let v = self.json();
-        assert_eq!(v["succes"], false);
-        assert_eq!(v["erreur"], code);
-        assert!(v["message"].as_str().unwrap().len() > 10);
-        assert_eq!(self.header("Content-Type"), Some("application/json"));
     }
 }
 

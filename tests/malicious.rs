@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::config::TestConfig;
 use common::fcgi::{self, FcgiClient, FcgiResponse};
 use common::introspection::{self, IntrospectionServer};
 use serde_json::Value;
@@ -32,27 +33,16 @@ fn start() -> Server {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let config = root.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"token_acces = "{TOKEN}"
-dossier_fichiers = "{root}/files"
-dossier_log = "{root}/log"
-url_base = "https://depot.example.org"
-oauth_url = "https://oauth.example.org"
-oauth_introspection_url = "{url}"
-oauth_client_id = "{id}"
-oauth_client_secret = "{secret}"
-oauth_delai_max_secondes = 5
-taille_max_fichier_octets = 1048576
-"#,
-            root = root.display(),
-            url = introspection.url(),
-            id = introspection::CLIENT_ID,
-            secret = introspection::CLIENT_SECRET,
-        ),
-    )
-    .unwrap();
+    TestConfig::new(root)
+        .set("token_acces", TOKEN)
+        .introspection(
+            &introspection.url(),
+            introspection::CLIENT_ID,
+            introspection::CLIENT_SECRET,
+        )
+        .set("oauth_delai_max_secondes", 5)
+        .set("taille_max_fichier_octets", 1048576)
+        .write(&config);
     common::audit::secret(TOKEN);
     common::audit::secret(introspection::CLIENT_SECRET);
     common::audit::secret(introspection::TOK_ACTIVE);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::Guard;
+use common::config::TestConfig;
 use common::fcgi::{FcgiClient, FcgiResponse};
 use common::introspection::{self, IntrospectionServer};
 use serde_json::{Value, json};
@@ -31,32 +32,23 @@ struct Server {
     _idp: IntrospectionServer,
 }
 
-fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}
-
 impl Server {
     fn start(extra: &str) -> Server {
         let idp = IntrospectionServer::start(RESOURCE);
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let config = root.join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "token_acces = \"{TOKEN}\"\n\
-                 dossier_fichiers = \"{}\"\ndossier_log = \"{}\"\n\
-                 url_base = \"https://depot.test\"\noauth_url = \"https://as.test\"\n\
-                 oauth_introspection_url = {}\n\
-                 oauth_client_id = {}\noauth_client_secret = {}\n{extra}\n",
-                root.join("files").display(),
-                root.join("log").display(),
-                toml_string(&idp.url()),
-                toml_string(introspection::CLIENT_ID),
-                toml_string(introspection::CLIENT_SECRET),
-            ),
-        )
-        .unwrap();
+        TestConfig::new(root)
+            .set("token_acces", TOKEN)
+            .set("url_base", "https://depot.test")
+            .set("oauth_url", "https://as.test")
+            .introspection(
+                &idp.url(),
+                introspection::CLIENT_ID,
+                introspection::CLIENT_SECRET,
+            )
+            .extra(extra)
+            .write(&config);
         let socket = root.join("fcgi.sock");
         let mut cmd = Command::new(common::binary());
         cmd.arg("--config")

@@ -8,6 +8,7 @@ use std::fs;
 use std::process::Command;
 
 use common::apache::{Apache, Mode};
+use common::config::TestConfig;
 use common::introspection::{self, IntrospectionServer};
 use common::{curl, multipart_file};
 use serde_json::json;
@@ -151,22 +152,10 @@ fn bidirectional_controls_and_line_separators_are_refused_everywhere() {
 fn an_absurd_numeric_value_stops_the_program_with_the_key_named() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
-    fs::write(
-        &config,
-        format!(
-            r#"token_acces = "0123456789abcdef0123456789abcdef"
-dossier_fichiers = "{root}/files"
-dossier_log = "{root}/log"
-url_base = "https://depot.example.org"
-oauth_url = "https://oauth.example.org"
-oauth_client_id = "depot"
-oauth_client_secret = "s3cr3t-s3cr3t"
-duree_max_depot_secondes = 9223372036854775000
-"#,
-            root = dir.path().display()
-        ),
-    )
-    .unwrap();
+    TestConfig::new(dir.path())
+        .set("oauth_client_secret", "s3cr3t-s3cr3t")
+        .set("duree_max_depot_secondes", 9223372036854775000i64)
+        .write(&config);
     let sock = dir.path().join("app.sock");
     for args in [
         vec!["check-config".to_string()],

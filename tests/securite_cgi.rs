@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::apache::{Apache, Mode};
+use common::config::TestConfig;
 use common::introspection::{self, IntrospectionServer};
 use common::{curl, free_port};
 
@@ -39,27 +40,14 @@ fn site(extra: &str) -> Site {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
     let config = root.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"token_acces = "{TOKEN}"
-dossier_fichiers = "{root}/files"
-dossier_log = "{root}/log"
-url_base = "https://depot.example.org"
-oauth_url = "https://oauth.example.org"
-oauth_client_id = "{id}"
-oauth_client_secret = "{secret}"
-oauth_delai_max_secondes = 5
-balayage_intervalle_min_ms = 0
-{extra}
-"#,
-            root = root.display(),
-            id = introspection::CLIENT_ID,
-            secret = introspection::CLIENT_SECRET,
-        ),
-    )
-    .unwrap();
-    chmod(&config, 0o600);
+    TestConfig::new(&root)
+        .set("token_acces", TOKEN)
+        .set("oauth_client_id", introspection::CLIENT_ID)
+        .set("oauth_client_secret", introspection::CLIENT_SECRET)
+        .set("oauth_delai_max_secondes", 5)
+        .set("balayage_intervalle_min_ms", 0)
+        .extra(extra)
+        .write(&config);
     common::audit::secret(TOKEN);
     common::audit::secret(introspection::CLIENT_SECRET);
     Site {
@@ -177,22 +165,21 @@ fn victim(root: &Path) -> (PathBuf, String) {
         .unwrap()
         .set_modified(old)
         .unwrap();
-    let toml = format!(
-        r#"token_acces = "{}"
-dossier_fichiers = "{}"
-dossier_log = "{}/victime-log"
-url_base = "https://attaquant.example"
-oauth_url = "https://attaquant.example"
-oauth_client_id = "a"
-oauth_client_secret = "b"
-duree_max_depot_secondes = 60
-duree_inactivite_secondes = 60
-balayage_intervalle_min_ms = 0
-"#,
-        "a".repeat(40),
-        dir.display(),
-        root.display()
-    );
+    let toml = TestConfig::new(root)
+        .set("token_acces", "a".repeat(40))
+        .set("dossier_fichiers", dir.display().to_string())
+        .set(
+            "dossier_log",
+            root.join("victime-log").display().to_string(),
+        )
+        .set("url_base", "https://attaquant.example")
+        .set("oauth_url", "https://attaquant.example")
+        .set("oauth_client_id", "a")
+        .set("oauth_client_secret", "b")
+        .set("duree_max_depot_secondes", 60)
+        .set("duree_inactivite_secondes", 60)
+        .set("balayage_intervalle_min_ms", 0)
+        .text();
     (file, toml)
 }
 

@@ -122,6 +122,7 @@ pub struct ConnConfig {
     /// Becomes `true` when the server shuts down: an idle connection closes at once, a busy one
     /// after its current request.
     pub shutdown: Option<watch::Receiver<bool>>,
+    /// The deadlines of one connection.
     pub deadlines: Deadlines,
 }
 
@@ -180,8 +181,11 @@ pub fn is_peer_gone(e: &io::Error) -> bool {
 /// One record with its content (padding dropped), sharing the read buffer's memory.
 #[derive(Debug, Clone)]
 pub struct Record {
+    /// Record type (`record::STDIN`, …).
     pub record_type: u8,
+    /// Request id of the record.
     pub request_id: u16,
+    /// The record's content, padding removed.
     pub content: Bytes,
 }
 

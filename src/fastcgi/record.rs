@@ -16,20 +16,32 @@ pub const MAX_CONTENT_LEN: usize = 65535;
 
 /// Record types (`FCGI_BEGIN_REQUEST` …).
 pub const BEGIN_REQUEST: u8 = 1;
+/// `FCGI_ABORT_REQUEST`.
 pub const ABORT_REQUEST: u8 = 2;
+/// `FCGI_END_REQUEST`.
 pub const END_REQUEST: u8 = 3;
+/// `FCGI_PARAMS`.
 pub const PARAMS: u8 = 4;
+/// `FCGI_STDIN`.
 pub const STDIN: u8 = 5;
+/// `FCGI_STDOUT`.
 pub const STDOUT: u8 = 6;
+/// `FCGI_STDERR`.
 pub const STDERR: u8 = 7;
+/// `FCGI_DATA`.
 pub const DATA: u8 = 8;
+/// `FCGI_GET_VALUES`.
 pub const GET_VALUES: u8 = 9;
+/// `FCGI_GET_VALUES_RESULT`.
 pub const GET_VALUES_RESULT: u8 = 10;
+/// `FCGI_UNKNOWN_TYPE`.
 pub const UNKNOWN_TYPE: u8 = 11;
 
 /// Roles in `FCGI_BEGIN_REQUEST`.
 pub const ROLE_RESPONDER: u16 = 1;
+/// `FCGI_AUTHORIZER` (refused).
 pub const ROLE_AUTHORIZER: u16 = 2;
+/// `FCGI_FILTER` (refused).
 pub const ROLE_FILTER: u16 = 3;
 
 /// `FCGI_KEEP_CONN` flag of `FCGI_BEGIN_REQUEST`.
@@ -37,22 +49,32 @@ pub const FLAG_KEEP_CONN: u8 = 1;
 
 /// Protocol statuses of `FCGI_END_REQUEST`.
 pub const REQUEST_COMPLETE: u8 = 0;
+/// `FCGI_CANT_MPX_CONN`.
 pub const CANT_MPX_CONN: u8 = 1;
+/// `FCGI_OVERLOADED`.
 pub const OVERLOADED: u8 = 2;
+/// `FCGI_UNKNOWN_ROLE`.
 pub const UNKNOWN_ROLE: u8 = 3;
 
 /// Variable names of `FCGI_GET_VALUES`.
 pub const MAX_CONNS: &str = "FCGI_MAX_CONNS";
+/// Name of the `FCGI_MAX_REQS` value.
 pub const MAX_REQS: &str = "FCGI_MAX_REQS";
+/// Name of the `FCGI_MPXS_CONNS` value.
 pub const MPXS_CONNS: &str = "FCGI_MPXS_CONNS";
 
 /// A decoded record header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// Protocol version (1).
     pub version: u8,
+    /// Record type.
     pub record_type: u8,
+    /// Request id.
     pub request_id: u16,
+    /// Length of the content.
     pub content_length: u16,
+    /// Length of the padding after the content.
     pub padding_length: u8,
 }
 
@@ -66,8 +88,11 @@ impl Header {
 /// A record borrowed from an input buffer (padding already skipped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordRef<'a> {
+    /// Record type.
     pub record_type: u8,
+    /// Request id.
     pub request_id: u16,
+    /// The content, padding removed.
     pub content: &'a [u8],
 }
 
@@ -81,7 +106,12 @@ pub enum DecodeError {
     /// A name-value length is larger than the configured maximum.
     TooLong(u64),
     /// A fixed-size body (BEGIN_REQUEST) has the wrong size.
-    BadLength { record_type: u8, len: usize },
+    BadLength {
+        /// The record's type.
+        record_type: u8,
+        /// The body's length.
+        len: usize,
+    },
 }
 
 impl fmt::Display for DecodeError {

@@ -101,6 +101,7 @@ pub struct Base64Splice {
 const INDEX_DIGITS: usize = 8;
 
 impl Base64Splice {
+    /// An empty splice with a fresh random marker.
     pub fn new() -> Self {
         use std::hash::{BuildHasher, RandomState};
         // SipHash keyed from the OS's randomness (std's `RandomState`): unpredictable outside.
@@ -225,14 +226,14 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             quoted(origin.chars().take(100).collect::<String>())
         ));
         return rpc_error_response(
-            &RpcError::new(-32600, "Forbidden: origine (Origin) non autorisée").with_status(403),
+            &RpcError::new(-32600, "Forbidden: Origin not allowed").with_status(403),
         );
     }
     if req.method() != "POST" {
         return rpc_error_response(
             &RpcError::new(
                 -32600,
-                "Method Not Allowed: seul POST est accepté sur /mcp.php (pas de flux SSE ni de session)",
+                "Method Not Allowed: only POST is accepted (no SSE stream, no session)",
             )
             .with_status(405),
         )
@@ -261,7 +262,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         rpc_error_response(
             &RpcError::new(
                 -32600,
-                format!("Requête trop volumineuse : {limit} octets au maximum."),
+                format!("Payload Too Large: the request body exceeds {limit} bytes"),
             )
             .with_status(413),
         )
@@ -283,7 +284,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         Err(e) => {
             app.log.refused(&format!("{WHAT} — corps illisible : {e}"));
             return rpc_error_response(&RpcError::invalid_request(
-                "Invalid Request: corps de requête illisible",
+                "Invalid Request: unreadable request body",
             ));
         }
     };
@@ -321,5 +322,3 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         .header("X-Content-Type-Options", "nosniff")
         .with_parts(splice.parts(text))
 }
-#[cfg(test)]
-mod tests;

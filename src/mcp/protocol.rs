@@ -21,25 +21,35 @@ pub const SUPPORTED_VERSIONS: [&str; 5] = [
 /// The newest handshake (legacy) version, answered to an `initialize` asking for anything else.
 pub const LATEST_HANDSHAKE_VERSION: &str = "2025-11-25";
 
+/// `_meta` key of the protocol version (2026-07-28).
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the client capabilities (2026-07-28).
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of the server information (2026-07-28).
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// `ttlMs` of `server/discover` and `tools/list` (the tool list never changes within a release).
 pub const DISCOVER_TTL_MS: u64 = 3_600_000;
+/// `ttlMs` of `tools/list` (2026-07-28).
 pub const TOOLS_LIST_TTL_MS: u64 = 300_000;
 
 /// A protocol version this server knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
+    /// 2024-11-05.
     V2024_11_05,
+    /// 2025-03-26.
     V2025_03_26,
+    /// 2025-06-18.
     V2025_06_18,
+    /// 2025-11-25.
     V2025_11_25,
+    /// 2026-07-28 (stateless).
     V2026_07_28,
 }
 
 impl Version {
+    /// A supported version, `None` otherwise.
     pub fn parse(s: &str) -> Option<Version> {
         Some(match s {
             "2024-11-05" => Version::V2024_11_05,
@@ -51,6 +61,7 @@ impl Version {
         })
     }
 
+    /// The version as written on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             Version::V2024_11_05 => "2024-11-05",
@@ -66,6 +77,7 @@ impl Version {
         self >= Version::V2025_06_18
     }
 
+    /// Whether this is the stateless era (2026-07-28).
     pub fn is_modern(self) -> bool {
         self == Version::V2026_07_28
     }
@@ -74,9 +86,13 @@ impl Version {
 /// A JSON-RPC error and the HTTP status it travels with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
+    /// JSON-RPC error code.
     pub code: i64,
+    /// The message.
     pub message: String,
+    /// Optional `data`.
     pub data: Option<Value>,
+    /// HTTP status of the answer.
     pub status: u16,
 }
 
@@ -91,11 +107,13 @@ impl RpcError {
         }
     }
 
+    /// Sets the HTTP status.
     pub fn with_status(mut self, status: u16) -> Self {
         self.status = status;
         self
     }
 
+    /// Sets `data`.
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self
@@ -108,11 +126,7 @@ impl RpcError {
 
     /// -32700, HTTP 400.
     pub fn parse_error() -> Self {
-        RpcError::new(
-            -32700,
-            "Parse error: le corps de la requête n'est pas du JSON valide",
-        )
-        .with_status(400)
+        RpcError::new(-32700, "Parse error: the request body is not valid JSON").with_status(400)
     }
 
     /// -32022 with `{supported, requested}`, HTTP 400.
@@ -145,8 +159,11 @@ impl RpcError {
 /// The MCP request headers, as received (values trimmed of spaces and tabs; `None` when absent).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct McpHeaders {
+    /// `MCP-Protocol-Version`.
     pub protocol_version: Option<String>,
+    /// `Mcp-Method`.
     pub method: Option<String>,
+    /// `Mcp-Name`.
     pub name: Option<String>,
 }
 
@@ -165,6 +182,7 @@ pub enum Reply {
 
 /// What a request needs from the configuration.
 pub struct Ctx<'a> {
+    /// What the tool needs.
     pub tool: ToolCtx<'a>,
     /// The server instructions of `initialize` and `server/discover`, which tell this
     /// deployment's delays (`consignes::mcp_instructions`).
@@ -173,7 +191,9 @@ pub struct Ctx<'a> {
 
 /// The reply to one POST and the log lines it produced.
 pub struct Dispatched {
+    /// The HTTP-level answer.
     pub reply: Reply,
+    /// Log lines to write (one per tool call).
     pub log_lines: Vec<String>,
 }
 

@@ -12,6 +12,7 @@ use crate::names::Name;
 
 use super::protocol::{RpcError, Version};
 
+/// The one tool's name.
 pub const TOOL_NAME: &str = "recuperer_fichier";
 
 /// The description of the specification §8.6, verbatim.
@@ -20,11 +21,14 @@ pub const DESCRIPTION: &str = "Récupère un fichier précédemment déposé sur
 /// The two ways of returning a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// A download link (default).
     Lien,
+    /// The content, base64-encoded.
     Base64,
 }
 
 impl Mode {
+    /// The mode as written in the arguments.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Lien => "lien",
@@ -43,15 +47,30 @@ pub enum FileOutcome {
     /// them while the reply is written (`super::Base64Splice`); `upload` is the upload found (for
     /// a per-file link).
     Found {
+        /// Size in bytes.
         size: u64,
+        /// The base64 content (mode `base64`).
         content: Option<String>,
+        /// Identity of the upload (for per-file links).
         upload: UploadId,
     },
     /// Mode base64 refused: the file is larger than `taille_max_base64_octets`.
-    TooLarge { size: u64, max: u64 },
+    TooLarge {
+        /// Size in bytes.
+        size: u64,
+        /// `taille_max_base64_octets`.
+        max: u64,
+    },
     /// Mode base64 refused: with this file, the files returned in base64 by this HTTP request
     /// would exceed `taille_max_base64_octets` (`spent` bytes already returned).
-    OverBudget { size: u64, spent: u64, max: u64 },
+    OverBudget {
+        /// Size in bytes.
+        size: u64,
+        /// Bytes already returned in base64 by this request.
+        spent: u64,
+        /// `taille_max_base64_octets`.
+        max: u64,
+    },
     /// The store failed (logged by the caller; the client sees an internal error).
     Error(String),
 }
@@ -61,7 +80,9 @@ pub type FileSource<'a> = dyn FnMut(&Name, Mode) -> FileOutcome + 'a;
 
 /// What a call needs from the configuration.
 pub struct ToolCtx<'a> {
+    /// `url_base`.
     pub url_base: &'a str,
+    /// `token_acces` (for download links).
     pub token_acces: &'a str,
     /// `liens_par_fichier`: links carry the upload's capability instead of `token_acces`.
     pub liens_par_fichier: bool,
@@ -137,7 +158,9 @@ enum Failure {
 
 /// The outcome of one `tools/call`: the JSON-RPC result or error, and the log line.
 pub struct CallOutcome {
+    /// The JSON-RPC result or error.
     pub result: Result<Value, RpcError>,
+    /// The log line of the call.
     pub log_line: Option<String>,
 }
 

@@ -4,8 +4,7 @@
 //! It checks HTTP Basic client authentication (a wrong secret gets `401 invalid_client`), parses
 //! the form body (`token=…`), and records every request. Dropping the server stops it (the accept
 //! loop is woken and joined; connection threads end on their own, the slowest after
-//! [`SLOW_SECONDS`]). Used by the unit tests of `src/oauth.rs` and `src/mcp` (through `#[path]`)
-//! and by the integration tests under `tests/`.
+//! [`SLOW_SECONDS`]). Used by the integration tests under `tests/`.
 
 #![allow(dead_code)]
 
@@ -41,6 +40,27 @@ pub const TOK_NOT_JSON: &str = "tok-not-json";
 pub const TOK_JSON_ARRAY: &str = "tok-json-array";
 pub const TOK_500: &str = "tok-500";
 pub const TOK_REDIRECT: &str = "tok-redirect";
+
+/// Every token of the table, for the secrets audit.
+pub const TOKENS: [&str; 17] = [
+    TOK_ACTIVE,
+    TOK_INACTIVE,
+    TOK_ACTIVE_STRING,
+    TOK_NO_SCOPE,
+    TOK_OTHER_SCOPE,
+    TOK_AUD_ARRAY,
+    TOK_AUD_UPPER,
+    TOK_FOREIGN_AUD,
+    TOK_NO_AUD,
+    TOK_EXPIRED,
+    TOK_REFRESH_LIKE,
+    TOK_REFRESH_TYPE,
+    TOK_SLOW,
+    TOK_NOT_JSON,
+    TOK_JSON_ARRAY,
+    TOK_500,
+    TOK_REDIRECT,
+];
 
 /// The scope granted by the table.
 pub const SCOPE: &str = "fichiers:lire";

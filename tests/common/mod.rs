@@ -1,16 +1,21 @@
 //! Helpers shared by the integration tests: `fcgi` is a synchronous FastCGI client, `server`
 //! starts the project's FastCGI server on a Unix socket in a temporary directory; `apache` and
 //! `nginx` are the end-to-end fixtures; `juicefs` mounts one private JuiceFS volume twice (two
-//! nodes); `stress` is the concurrency stress of `tests/stress.rs` and `tests/multinoeud.rs`. Also here, the shared pieces of the end-to-end tests: the state folder (config, binary copy, files/, log/),
-//! template filling shared with `apache/demo`, free ports, child processes that stop by
-//! themselves, and a small `curl` wrapper.
+//! nodes); `stress` is the concurrency stress of `tests/stress.rs` and `tests/multinoeud.rs`;
+//! `config` builds every test configuration, `answer` is the one answer type, `introspection` a
+//! real OAuth introspection server, `audit` the secrets audit. Also here, the shared pieces of the
+//! end-to-end tests: the state folder (config, binary copy, files/, log/), template filling shared
+//! with `apache/demo`, free ports, child processes that stop by themselves, and a small `curl`
+//! wrapper.
 //!
 //! Every server started here binds 127.0.0.1 only, is a child of the test process (or of a child
 //! we own), and is stopped on `Drop` (plus `PR_SET_PDEATHSIG` where the credentials allow it).
 #![allow(dead_code)]
 
+pub mod answer;
 pub mod apache;
 pub mod audit;
+pub mod config;
 pub mod fcgi;
 pub mod introspection;
 pub mod juicefs;

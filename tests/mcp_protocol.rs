@@ -1,21 +1,28 @@
-//! End-to-end tests of `/mcp.php` through [`super::handle`]: a real store in a temporary folder,
+//! End-to-end tests of `/mcp.php` through `mcp::handle`: a real store in a temporary folder,
 //! the real introspection test server, and every exchange of the notes checked field by field.
+
+mod common;
 
 use std::time::{Duration, SystemTime};
 
+use common::answer::Answer;
+use common::audit;
+use common::config::{TOKEN as TOKEN_ACCES, TestConfig};
+use common::introspection::{self as is, IntrospectionServer};
+use depot_fichiers::app::App;
+use depot_fichiers::http::{Body, Request};
+use depot_fichiers::log::LOG_FILE;
+use depot_fichiers::mcp;
+use depot_fichiers::names::Name;
 use serde_json::{Value, json};
-
-use crate::app::App;
-use crate::http::{Body, Request, Response, ResponseBody};
-use crate::names::Name;
-use crate::testutil::introspection::{self as is, IntrospectionServer};
-use crate::testutil::{TOKEN_ACCES, config, log_text};
 
 const RM: &str =
     "resource_metadata=\"https://depot.example.org/.well-known/oauth-protected-resource/mcp.php\"";
 const V26: &str = "2026-07-28";
 
 struct Env {
+    /// Copies the log folder for the secrets audit (before `dir` is removed).
+    _keep: audit::KeepLogs,
     dir: tempfile::TempDir,
     app: App,
     _server: IntrospectionServer,
@@ -24,48 +31,33 @@ struct Env {
 fn env(extra: &str) -> Env {
     let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), &server.url(), extra);
+    let cfg = TestConfig::new(dir.path())
+        .introspection(&server.url(), is::CLIENT_ID, is::CLIENT_SECRET)
+        .set("oauth_delai_max_secondes", 1.0)
+        .extra(extra)
+        .parse();
+    for s in [TOKEN_ACCES, is::CLIENT_SECRET].iter().chain(&is::TOKENS) {
+        audit::secret(s);
+    }
     let app = App::new(cfg).unwrap();
     Env {
+        _keep: audit::KeepLogs(dir.path().join("log")),
         dir,
         app,
         _server: server,
     }
 }
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// The lines of the log written under `dir`.
+fn log_text(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("log").join(LOG_FILE)).unwrap_or_default()
 }
 
-impl Answer {
-    fn header(&self, n: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(n))
-            .map(|(_, v)| v.as_str())
-    }
-    fn json(&self) -> Value {
-        assert_eq!(self.header("Content-Type"), Some("application/json"));
-        serde_json::from_slice(&self.body).unwrap()
-    }
-}
-
-fn answer(r: Response) -> Answer {
+fn answer(r: depot_fichiers::http::Response) -> Answer {
     assert!(r.get_header("Mcp-Session-Id").is_none());
-    let body = match r.body {
-        ResponseBody::Bytes(b) => b,
-        ResponseBody::Empty => Vec::new(),
-        ResponseBody::File { .. } => panic!("file body"),
-        ResponseBody::Parts(p) => crate::http::parts_to_vec(&p).unwrap(),
-    };
-    crate::testutil::audit::body("mcp", r.status, &body);
-    Answer {
-        status: r.status,
-        headers: r.headers,
-        body,
-    }
+    let a = Answer::from_response(r);
+    audit::body("mcp", a.status, &a.body);
+    a
 }
 
 impl Env {
@@ -101,7 +93,7 @@ impl Env {
             params: params.into_iter().collect(),
             body: Body::from_bytes(body.as_bytes().to_vec()),
         };
-        answer(super::handle(&self.app, &mut req).await)
+        answer(mcp::handle(&self.app, &mut req).await)
     }
 
     async fn post(&self, headers: &[(&str, &str)], body: Value) -> Answer {
@@ -160,6 +152,10 @@ async fn http_checks_in_contract_order() {
         .await;
     assert_eq!(a.status, 403);
     assert_eq!(a.json()["error"]["code"], -32600);
+    assert_eq!(
+        a.json()["error"]["message"],
+        "Forbidden: Origin not allowed"
+    );
     for ok_origin in [
         "https://depot.example.org",
         "HTTPS://DEPOT.example.org",
@@ -184,6 +180,10 @@ async fn http_checks_in_contract_order() {
         let a = e.request(m, &[("Authorization", "")], "").await;
         assert_eq!(a.status, 405);
         assert_eq!(a.header("Allow"), Some("POST"));
+        assert_eq!(
+            a.json()["error"]["message"],
+            "Method Not Allowed: only POST is accepted (no SSE stream, no session)"
+        );
     }
     // Authorization before body checks.
     let huge = "x".repeat(2 << 20);
@@ -195,11 +195,18 @@ async fn http_checks_in_contract_order() {
     );
     let a = e.request("POST", &[], &huge).await;
     assert_eq!(a.status, 413);
+    assert_eq!(
+        a.json()["error"]["message"],
+        format!(
+            "Payload Too Large: the request body exceeds {} bytes",
+            e.app.cfg.mcp_taille_max_requete_octets
+        )
+    );
     let a = e.request("POST", &[], "{not json").await;
     assert_eq!(a.status, 400);
     assert_eq!(
         a.json(),
-        json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":a.json()["error"]["message"]}})
+        json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the request body is not valid JSON"}})
     );
     let a = e.request("POST", &[], "").await;
     assert_eq!(
@@ -271,7 +278,7 @@ async fn authorization_outcomes() {
 async fn legacy_handshake_and_ping() {
     let e = env("");
     let init = |v: &str| json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":v,"capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
-    let expected = |v: &str| json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":v,"capabilities":{"tools":{"listChanged":false}},"serverInfo":{"name":"depot-fichiers","version":env!("CARGO_PKG_VERSION")},"instructions":crate::consignes::mcp_instructions(&e.app.cfg)}});
+    let expected = |v: &str| json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":v,"capabilities":{"tools":{"listChanged":false}},"serverInfo":{"name":"depot-fichiers","version":env!("CARGO_PKG_VERSION")},"instructions":depot_fichiers::consignes::mcp_instructions(&e.app.cfg)}});
     for (asked, answered) in [
         ("2025-11-25", "2025-11-25"),
         ("2025-06-18", "2025-06-18"),

@@ -45,16 +45,23 @@ pub const OAUTH_DELAI_BOUNDS: (f64, f64) = (0.1, 300.0);
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// Shared secret of uploads and downloads (`Authorization: Bearer`, `token=`).
     #[serde(serialize_with = "masked")]
     pub token_acces: String,
+    /// Largest upload, in bytes (413 above).
     #[serde(default = "n::<{ 200 * MIB }>")]
     pub taille_max_fichier_octets: u64,
+    /// Longest life of a file after its upload (contract §4).
     #[serde(default = "n::<3600>")]
     pub duree_max_depot_secondes: u64,
+    /// Longest time since the last download (or the upload).
     #[serde(default = "n::<600>")]
     pub duree_inactivite_secondes: u64,
+    /// The store: files, `.meta/` sidecars, `.tmp/` (absolute path).
     pub dossier_fichiers: PathBuf,
+    /// Folder of `depot-fichiers.log` (absolute path).
     pub dossier_log: PathBuf,
+    /// Verbose log (request headers, introspection answers, expiry computations).
     #[serde(default)]
     pub debug: bool,
     /// Without trailing slash.
@@ -64,30 +71,42 @@ pub struct Config {
     /// Default (when absent): `<oauth_url>/introspect`.
     #[serde(default)]
     pub oauth_introspection_url: String,
+    /// This server's own client at the authorization server (introspection Basic auth).
     pub oauth_client_id: String,
+    /// Secret of `oauth_client_id`.
     #[serde(serialize_with = "masked")]
     pub oauth_client_secret: String,
+    /// Scope a bearer token must carry (empty: none).
     #[serde(default)]
     pub oauth_scope_requis: String,
     /// Default (when absent): `<url_base>/mcp.php`.
     #[serde(default)]
     pub mcp_resource_url: String,
+    /// Refuse a token whose introspection carries no `aud`.
     #[serde(default = "yes")]
     pub oauth_audience_obligatoire: bool,
+    /// `Origin` values accepted on `/mcp.php` besides `url_base`'s own.
     #[serde(default)]
     pub origines_autorisees: Vec<String>,
+    /// Largest total of files returned in base64 by one `/mcp.php` request.
     #[serde(default = "n::<{ 5 * MIB }>")]
     pub taille_max_base64_octets: u64,
+    /// Minimum interval between two full sweeps (0: a real scan on every request).
     #[serde(default = "n::<1000>")]
     pub balayage_intervalle_min_ms: u64,
+    /// Capacity of the store in bytes of stored files (0: no limit; 507 above).
     #[serde(default)]
     pub taille_max_totale_octets: u64,
+    /// Largest JSON body accepted on `/mcp.php` (413 above).
     #[serde(default = "n::<MIB>")]
     pub mcp_taille_max_requete_octets: u64,
+    /// Total time allowed for one introspection call.
     #[serde(default = "five_seconds", serialize_with = "plain_number")]
     pub oauth_delai_max_secondes: f64,
+    /// Size at which the log is rotated.
     #[serde(default = "n::<{ 8 * MIB }>")]
     pub taille_max_log_octets: u64,
+    /// Rotated log files kept (`.1` … `.N`).
     #[serde(default = "three")]
     pub nombre_logs_conserves: u32,
     /// Whole-file downloads are handed to the web server with `X-Sendfile` (mod_xsendfile).
@@ -149,7 +168,9 @@ pub fn keys() -> &'static [&'static str] {
 /// A configuration that cannot be used, with the key at fault when there is one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
+    /// The key at fault, when one is.
     pub key: Option<String>,
+    /// What is wrong, in French.
     pub message: String,
 }
 

@@ -8,8 +8,6 @@
 
 pub mod app;
 pub mod cli;
-// Documented by the configuration table (issue 11) once merged.
-#[allow(missing_docs)]
 pub mod config;
 pub mod consignes;
 mod download;
@@ -24,7 +22,5 @@ mod metadata;
 pub mod names;
 pub mod oauth;
 pub mod router;
-// Documented by the store split (issue 11) once merged.
-#[allow(missing_docs)]
 pub mod store;
 mod upload;

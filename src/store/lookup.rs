@@ -15,8 +15,11 @@ use crate::names::Name;
 
 /// A live, unexpired file, opened for reading.
 pub struct Found {
+    /// The open file (an unlink does not cut a transfer from it).
     pub file: File,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its sidecar, which matches it.
     pub sidecar: Sidecar,
     /// Inode number, for an ETag that changes with every new upload.
     pub ino: u64,

@@ -65,8 +65,11 @@ const PART_SUFFIX: &str = ".part";
 /// The sidecar `.meta/<name>.json`, written once per upload and never rewritten.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sidecar {
+    /// The stored (sanitised) name.
     pub nom_original: String,
+    /// Upload time, in seconds since the epoch (the age clock of contract §4).
     pub depot_timestamp: i64,
+    /// Size of the stored file in bytes.
     pub taille_octets: u64,
     /// Inode number of the file this sidecar was written for (rename keeps it). It tells a
     /// mixed pair apart exactly, even when the old and new versions have the same size (a writer
@@ -94,7 +97,10 @@ pub enum StoreError {
     /// ENOSPC/EDQUOT while writing, or `taille_max_totale_octets` exceeded → 507.
     Full(String),
     /// The upload is larger than `taille_max_fichier_octets` (`max`) → 413.
-    TooLarge { max: u64 },
+    TooLarge {
+        /// `taille_max_fichier_octets`.
+        max: u64,
+    },
     /// Anything else (read-only store, permissions…) → 500, logged.
     Io(io::Error),
 }
@@ -175,6 +181,7 @@ impl Store {
         })
     }
 
+    /// The store's folder, as configured.
     pub fn root(&self) -> &Path {
         &self.root
     }

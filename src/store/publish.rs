@@ -38,7 +38,9 @@ fn pause_point(_point: &str) {}
 /// What a successful publication produced.
 #[derive(Debug)]
 pub struct Published {
+    /// The sidecar written for it.
     pub sidecar: Sidecar,
+    /// SHA-256 of the stored bytes, in lower-case hexadecimal.
     pub sha256_hex: String,
 }
 
@@ -147,6 +149,7 @@ impl Upload {
         Ok(())
     }
 
+    /// Bytes received so far.
     pub fn written(&self) -> u64 {
         self.written
     }

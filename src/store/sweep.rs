@@ -24,8 +24,11 @@ pub struct SweepReport {
     /// True when every entry was read; false when the deadline marker proved that none can have
     /// expired yet.
     pub scanned: bool,
+    /// Expired files removed with their sidecar.
     pub removed_files: Vec<String>,
+    /// Half pairs (a file or a sidecar alone) removed.
     pub removed_orphans: Vec<String>,
+    /// `.part` files of dead writers removed.
     pub removed_temporaries: Vec<String>,
 }
 

@@ -8,6 +8,7 @@
 //! Submodules: [`protocol`] (era routing and both ladders, pure), [`tool`] (`recuperer_fichier`,
 //! pure). This module plugs the real store into the tool ([`store_source`]).
 
+pub mod jsonrpc;
 pub mod protocol;
 pub mod tool;
 

@@ -10,7 +10,7 @@ use crate::liens::{UploadId, download_url};
 use crate::log::{error_line, ok_line, quoted, refused_line};
 use crate::names::Name;
 
-use super::protocol::{RpcError, Version};
+use super::jsonrpc::{RpcError, Version};
 
 /// The one tool's name.
 pub const TOOL_NAME: &str = "recuperer_fichier";
@@ -196,7 +196,7 @@ pub fn call(
     if name != TOOL_NAME {
         return shape(
             version,
-            Failure::Protocol(format!("Unknown tool: {}", super::protocol::clip(name))),
+            Failure::Protocol(format!("Unknown tool: {}", super::jsonrpc::clip(name))),
             None,
         );
     }

@@ -88,20 +88,7 @@ pub fn stress_config(introspection_url: &str) -> Vec<(&'static str, String)> {
 // ------------------------------------------------------------------------------------------------
 // Transport: FastCGI to several processes, or HTTP/1.0 to Apache.
 
-pub struct Answer {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Answer {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub use super::answer::Answer;
 
 pub struct Req {
     pub method: &'static str,

@@ -297,10 +297,12 @@ fn wait_stopped(pid: i32) {
     }
 }
 
-/// How long a request on the surviving node may take once the store bounds its lock waits
-/// (issue 12: past a documented deadline it answers 503 + Retry-After instead of hanging). The
-/// store changes will set the real deadline; this is the bound the test will then hold them to.
-const LOCK_WAIT_BOUND: Duration = Duration::from_secs(5);
+/// How long a request on the surviving node may take now that the store bounds its lock waits
+/// (past `LOCK_WAIT` it answers 503 + Retry-After instead of hanging): at most two waits (the
+/// sweep it begins with, skipped when its wait runs out, then its own lookup or publication),
+/// plus a margin for the request itself.
+const LOCK_WAIT_BOUND: Duration =
+    Duration::from_secs(2 * depot_fichiers::store::LOCK_WAIT.as_secs() + 1);
 
 /// The scenario the store changes of issue 12 must pass: kill -9 one node's JuiceFS client
 /// mid-run; the other node keeps answering (503 + Retry-After allowed, only within
@@ -311,10 +313,13 @@ const LOCK_WAIT_BOUND: Duration = Duration::from_secs(5);
 /// `injection-pannes`), is stopped in the middle of a publication with the store lock held when
 /// the client dies; a node dying mid-publication leaves its lock in Redis exactly like this.
 ///
-/// NOT in the default run yet: today a dead client's `flock` on `.tmp/verrou` stays held in
-/// Redis until its session expires (≈ 10 s with `--heartbeat 2s`), and every publish, lookup
-/// and sweep on the surviving node waits for it without bound, so this fails on the latency
-/// bound. Run it with `cargo test --release --features injection-pannes --test multinoeud --
+/// NOT in the default run yet. A dead client's `flock` on `.tmp/verrou` stays held in Redis
+/// until its session expires (≈ 10 s with `--heartbeat 2s`). The store's lock waits are now
+/// bounded (`LOCK_WAIT`, 503 + Retry-After past it, seen in this run on node 1), yet one trial
+/// still had 8 requests of node 1 taking 8–10 s after the kill, with no 503 among them: something
+/// else than the store lock's acquisition waits for the dead session (not yet found: a JuiceFS
+/// operation on a file the dead client had open or locked, or the queue behind one synchronous
+/// process, are the candidates), so this still fails on the latency bound. Run it with `cargo test --release --features injection-pannes --test multinoeud --
 /// --ignored`; it prints the surviving node's latencies before, around and after the kill.
 #[test]
 #[ignore = "needs the bounded lock waits of issue 12 (a dead JuiceFS client blocks every node)"]

@@ -39,9 +39,12 @@ enum Kind {
     Exclusive,
 }
 
-/// The longest wait for the store lock before a request gives up with 503 (documented in
-/// `docs/GARANTIES.md`).
-pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// The longest wait for the store lock, per acquisition, before a request gives up with 503
+/// (documented in `docs/GARANTIES.md`). A request waits at most twice: once in the sweep it
+/// begins with (skipped when the wait runs out), once for its own lookup or publication. Short
+/// enough that a dead JuiceFS client (locks held until its session expires, ≈ 10 s with
+/// `--heartbeat 2s`) costs the other nodes a quick 503 rather than a hang.
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// First and longest sleep between two attempts to take the lock.
 const FIRST_SLEEP: Duration = Duration::from_millis(1);
@@ -70,7 +73,7 @@ pub fn is_lock_busy(e: &io::Error) -> bool {
 }
 
 /// [`LOCK_WAIT`], or, TEST ONLY (feature `injection-pannes`), the `verrou=MS` entry of the
-/// environment variable `DEPOT_FICHIERS_TEST_DELAIS`, so that the tests do not wait 5 s.
+/// environment variable `DEPOT_FICHIERS_TEST_DELAIS`, so that the tests do not wait 2 s.
 pub fn lock_wait() -> Duration {
     #[cfg(feature = "injection-pannes")]
     if let Ok(spec) = std::env::var("DEPOT_FICHIERS_TEST_DELAIS") {

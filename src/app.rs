@@ -53,11 +53,16 @@ impl App {
     }
 
     /// What every request to an endpoint that touches the store does first: the sweep of
-    /// contract §4 (rate-limited by the store). A sweep that fails is logged and never stops
-    /// the request.
+    /// contract §4 (rate-limited by the store). A sweep that fails, or cannot get the store lock
+    /// within its deadline, is logged and never stops the request.
     pub fn sweep(&self) {
-        if let Err(e) = self.store.sweep() {
-            self.log.error(&format!("balayage impossible : {e}"));
+        match self.store.sweep() {
+            Ok(_) => {}
+            // A lock held too long skips the sweep; the request's own lookup is bounded too.
+            Err(e) if crate::store::is_lock_busy(&e) => {
+                self.log.error(&format!("balayage sauté : {e}"))
+            }
+            Err(e) => self.log.error(&format!("balayage impossible : {e}")),
         }
     }
 }

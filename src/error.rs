@@ -20,6 +20,8 @@ pub enum ApiError {
     MethodeNonAutorisee(&'static str),
     PlageInvalide(u64),
     StockagePlein(String),
+    /// The store lock stayed held past its deadline: retry after this many seconds.
+    StockageOccupe(u64),
     ErreurInterne(String),
 }
 
@@ -35,6 +37,7 @@ impl ApiError {
             ApiError::MethodeNonAutorisee(_) => 405,
             ApiError::PlageInvalide(_) => 416,
             ApiError::StockagePlein(_) => 507,
+            ApiError::StockageOccupe(_) => 503,
             ApiError::ErreurInterne(_) => 500,
         }
     }
@@ -50,6 +53,7 @@ impl ApiError {
             ApiError::MethodeNonAutorisee(_) => "methode_non_autorisee",
             ApiError::PlageInvalide(_) => "plage_invalide",
             ApiError::StockagePlein(_) => "stockage_plein",
+            ApiError::StockageOccupe(_) => "stockage_occupe",
             ApiError::ErreurInterne(_) => "erreur_interne",
         }
     }
@@ -76,6 +80,9 @@ impl ApiError {
                 "Espace de stockage insuffisant : réessayer plus tard ou avec un fichier plus petit."
                     .into()
             }
+            ApiError::StockageOccupe(secs) => format!(
+                "Stockage momentanément occupé : réessayer dans {secs} s (en-tête Retry-After)."
+            ),
             ApiError::ErreurInterne(_) => "Erreur interne du serveur.".into(),
         }
     }
@@ -93,6 +100,7 @@ impl ApiError {
             ApiError::MethodeNonAutorisee(_) => format!("méthode {} non autorisée", quoted(method)),
             ApiError::PlageInvalide(_) => "plage invalide".into(),
             ApiError::StockagePlein(d) => format!("stockage plein ({d})"),
+            ApiError::StockageOccupe(_) => format!("stockage occupé ({})", StoreError::Busy),
             ApiError::ErreurInterne(d) => format!("erreur interne ({d})"),
         }
     }
@@ -107,6 +115,7 @@ impl ApiError {
             ApiError::MethodeNonAutorisee(allow) => r.header("Allow", *allow),
             ApiError::PlageInvalide(size) => r.header("Content-Range", format!("bytes */{size}")),
             ApiError::TokenInvalide => r.header("WWW-Authenticate", "Bearer"),
+            ApiError::StockageOccupe(secs) => r.header("Retry-After", secs.to_string()),
             _ => r,
         }
     }
@@ -123,9 +132,15 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Full(why) => ApiError::StockagePlein(why),
             StoreError::TooLarge { max } => ApiError::FichierTropVolumineux(max),
+            StoreError::Busy => ApiError::StockageOccupe(retry_after_secs()),
             StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
         }
     }
+}
+
+/// The `Retry-After` of a busy store: the lock deadline, in whole seconds, at least 1.
+pub fn retry_after_secs() -> u64 {
+    crate::store::lock_wait().as_secs_f64().ceil().max(1.0) as u64
 }
 
 #[cfg(test)]
@@ -157,6 +172,7 @@ mod tests {
             ),
             (ApiError::PlageInvalide(3), 416, "plage_invalide"),
             (ApiError::StockagePlein("x".into()), 507, "stockage_plein"),
+            (ApiError::StockageOccupe(5), 503, "stockage_occupe"),
             (ApiError::ErreurInterne("x".into()), 500, "erreur_interne"),
         ];
         for (e, status, code) in all {

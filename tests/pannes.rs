@@ -57,6 +57,16 @@ struct Proc {
 
 impl Proc {
     fn start(state: &State, bin: &Path, tag: &str, pause: Option<&str>) -> Proc {
+        Proc::start_env(state, bin, tag, pause, &[])
+    }
+
+    fn start_env(
+        state: &State,
+        bin: &Path,
+        tag: &str,
+        pause: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Proc {
         let sock = state.root.join(format!("run/{tag}.sock"));
         let out = state.root.join(format!("run/{tag}.out"));
         let mut c = Command::new(bin);
@@ -68,6 +78,7 @@ impl Proc {
             Some(p) => c.env("DEPOT_FICHIERS_TEST_PAUSE", p),
             None => c.env_remove("DEPOT_FICHIERS_TEST_PAUSE"),
         };
+        c.envs(env.iter().copied());
         let mut guard = Guard::spawn("depot-fichiers --listen", c, &out);
         let t = Instant::now();
         while FcgiClient::unix(&sock).is_err() {
@@ -423,6 +434,122 @@ fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
         err.contains("journal") && err.contains("depot-fichiers.log"),
         "nothing on stderr about the log: {err:?}"
     );
+}
+
+/// A process stopped while it holds the exclusive store lock (`avant-renommage`): downloads,
+/// uploads and MCP reads of another process answer "store busy" (503 + `Retry-After`, or the MCP
+/// tool error of each era) within the lock deadline (700 ms here, `DEPOT_FICHIERS_TEST_DELAIS`),
+/// their sweeps skipped rather than failing them; once the holder dies, everything works again.
+#[test]
+fn lock_held_too_long_answers_503_then_recovers() {
+    let faulty = faulty_binary();
+    let is = IntrospectionServer::start(RESOURCE);
+    let state = State::new(
+        free_port(),
+        &[
+            ("oauth_introspection_url", &format!("{:?}", is.url())),
+            ("oauth_client_id", &format!("{:?}", intro::CLIENT_ID)),
+            (
+                "oauth_client_secret",
+                &format!("{:?}", intro::CLIENT_SECRET),
+            ),
+            ("mcp_resource_url", &format!("{RESOURCE:?}")),
+            ("balayage_intervalle_min_ms", "0"),
+        ],
+    );
+    let token = state.token.clone();
+    let deadline = Duration::from_millis(700);
+    let env = [("DEPOT_FICHIERS_TEST_DELAIS", "verrou=700")];
+    let healthy = Proc::start_env(&state, &faulty, "sain", None, &env);
+    let v1 = bytes(10_000, 1);
+    assert_eq!(healthy.upload(&token, "a", &v1).unwrap().status, 200);
+
+    let mut holder = Proc::start(&state, &faulty, "porteur", Some("avant-renommage"));
+    let (sock, tok) = (holder.sock.clone(), token.clone());
+    let client = std::thread::spawn(move || {
+        let (ct, body) = common::multipart_file("b", &bytes(1000, 2));
+        let auth = format!("Bearer {tok}");
+        FcgiClient::unix(&sock).and_then(|mut c| {
+            c.request(
+                &[
+                    ("REQUEST_METHOD", "POST"),
+                    ("SCRIPT_NAME", "/upload.php"),
+                    ("CONTENT_TYPE", &ct),
+                    ("CONTENT_LENGTH", &body.len().to_string()),
+                    ("HTTP_AUTHORIZATION", &auth),
+                ],
+                &body,
+            )
+        })
+    });
+    wait_stopped(holder.pid(), &holder.out);
+
+    // `modern`: era 2026-07-28 (envelope `_meta` and routing headers); else 2025-06-18.
+    let mcp = |modern: bool| {
+        let mut params =
+            serde_json::json!({"name":"recuperer_fichier","arguments":{"nom_fichier":"a"}});
+        let auth = format!("Bearer {}", intro::TOK_ACTIVE);
+        let mut h = vec![
+            ("CONTENT_TYPE", "application/json"),
+            ("HTTP_ACCEPT", "application/json, text/event-stream"),
+            ("HTTP_AUTHORIZATION", auth.as_str()),
+        ];
+        if modern {
+            params["_meta"] = serde_json::json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "c", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            });
+            h.extend([
+                ("HTTP_MCP_PROTOCOL_VERSION", "2026-07-28"),
+                ("HTTP_MCP_METHOD", "tools/call"),
+                ("HTTP_MCP_NAME", "recuperer_fichier"),
+            ]);
+        } else {
+            h.push(("HTTP_MCP_PROTOCOL_VERSION", "2025-06-18"));
+        }
+        let body =
+            serde_json::json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":params});
+        let r = healthy
+            .request("POST", "/mcp.php", "", &h, body.to_string().as_bytes())
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()
+    };
+    let busy = |what: &str, r: &FcgiResponse, took: Duration| {
+        assert_eq!(r.status, 503, "{what}: {}", r.text());
+        assert_eq!(r.header("Retry-After"), Some("1"), "{what}");
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["erreur"], "stockage_occupe", "{what}");
+        assert!(took < 3 * deadline, "{what}: answered after {took:?}");
+    };
+    let t = Instant::now();
+    let r = healthy.get(&token, "a");
+    busy("téléchargement", &r, t.elapsed());
+    let t = Instant::now();
+    let r = healthy.upload(&token, "c", b"c").unwrap();
+    busy("dépôt", &r, t.elapsed());
+    let t = Instant::now();
+    let modern = mcp(true);
+    assert!(t.elapsed() < 3 * deadline, "MCP: {:?}", t.elapsed());
+    assert_eq!(modern["result"]["isError"], true, "{modern}");
+    assert!(modern.to_string().contains("occupé"), "{modern}");
+    let legacy = mcp(false);
+    assert_eq!(legacy["error"]["code"], -32000, "{legacy}");
+    assert!(legacy.to_string().contains("occupé"), "{legacy}");
+    let log = read(&state.log_file());
+    assert!(log.contains("balayage sauté"), "{log}");
+    assert!(log.contains("stockage occupé"), "{log}");
+
+    holder.guard.child.kill().unwrap();
+    holder.guard.child.wait().unwrap();
+    let _ = client.join().unwrap();
+    let r = healthy.get(&token, "a");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.body == v1);
+    assert_eq!(healthy.upload(&token, "c", b"c").unwrap().status, 200);
+    assert_eq!(mcp(true)["result"]["isError"], false);
+    assert!(mcp(false)["result"]["structuredContent"]["url_telechargement"].is_string());
 }
 
 /// The authorization server down, slow, or answering garbage: 503 + Retry-After, no

@@ -23,6 +23,7 @@ use crate::liens::UploadId;
 use crate::log::quoted;
 use crate::names::Name;
 use crate::oauth;
+use crate::store::StoreError;
 
 use protocol::{Ctx, McpHeaders, Reply, RpcError};
 use tool::{FileOutcome, Mode, ToolCtx};
@@ -176,6 +177,11 @@ pub fn store_source<'a>(
 ) -> impl FnMut(&Name, Mode) -> FileOutcome + 'a {
     move |name, mode| {
         let found = match app.store.lookup(name) {
+            Err(StoreError::Busy) => {
+                return FileOutcome::Busy {
+                    retry_after: crate::error::retry_after_secs(),
+                };
+            }
             Err(e) => return FileOutcome::Error(e.to_string()),
             Ok(None) => return FileOutcome::Missing,
             Ok(Some(f)) => f,

@@ -54,6 +54,11 @@ pub enum FileOutcome {
         /// Identity of the upload (for per-file links).
         upload: UploadId,
     },
+    /// The store lock stayed held past its deadline: retry after `retry_after` seconds.
+    Busy {
+        /// Seconds (as in the HTTP `Retry-After` of upload and download).
+        retry_after: u64,
+    },
     /// Mode base64 refused: the file is larger than `taille_max_base64_octets`.
     TooLarge {
         /// Size in bytes.
@@ -150,7 +155,7 @@ enum Failure {
     Protocol(String),
     /// Bad or missing arguments, bad name: legacy -32602, modern `isError`.
     InvalidArguments(String),
-    /// Missing/expired file, base64 too large: legacy -32000, modern `isError`.
+    /// Missing/expired file, base64 too large, store busy: legacy -32000, modern `isError`.
     Business(String),
     /// The store failed: -32603 in both eras.
     Internal,
@@ -277,6 +282,15 @@ pub fn call(
                 "Fichier introuvable ou expiré : « {name} ». Les fichiers sont effacés 10 minutes après le dernier téléchargement et au plus tard 1 heure après le dépôt ; le déposer à nouveau avec upload.php."
             )),
             Some(refused_line(&format!("{head} — introuvable ou expiré"))),
+        ),
+        FileOutcome::Busy { retry_after } => shape(
+            version,
+            Failure::Business(format!(
+                "Stockage momentanément occupé (verrou tenu par un autre serveur ou processus) : réessayer dans {retry_after} s."
+            )),
+            Some(error_line(&format!(
+                "{head} — stockage occupé (verrou non obtenu à temps)"
+            ))),
         ),
         FileOutcome::TooLarge { size, max } => shape(
             version,

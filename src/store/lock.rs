@@ -5,10 +5,13 @@
 //! What a function needs is written in its signature: one that may only run under the exclusive
 //! lock takes an [`ExclusiveGuard`] as proof.
 //!
-//! Every acquisition goes through [`acquire`]: the place where a bounded wait would go.
+//! Every acquisition goes through [`acquire`], which waits at most [`LOCK_WAIT`]: a lock held
+//! for longer (a dead JuiceFS client keeps its locks until its session expires) makes the request
+//! fail with [`LockBusy`] (503 + `Retry-After`) instead of hanging.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
 use std::io;
+use std::time::{Duration, Instant};
 
 use super::{LOCK_FILE, Store};
 
@@ -36,11 +39,76 @@ enum Kind {
     Exclusive,
 }
 
-/// Takes the lock on `file`, waiting as long as it takes.
+/// The longest wait for the store lock, per acquisition, before a request gives up with 503
+/// (documented in `docs/GARANTIES.md`). A request waits at most twice: once in the sweep it
+/// begins with (skipped when the wait runs out), once for its own lookup or publication. Short
+/// enough that a dead JuiceFS client (locks held until its session expires, ≈ 10 s with
+/// `--heartbeat 2s`) costs the other nodes a quick 503 rather than a hang.
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// First and longest sleep between two attempts to take the lock.
+const FIRST_SLEEP: Duration = Duration::from_millis(1);
+const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// The store lock could not be taken within the deadline: carried inside an `io::Error` so that
+/// every `?` on the lock keeps working; see [`is_lock_busy`].
+#[derive(Debug)]
+pub struct LockBusy;
+
+impl std::fmt::Display for LockBusy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "verrou du dépôt occupé depuis plus de {} ms",
+            lock_wait().as_millis()
+        )
+    }
+}
+
+impl std::error::Error for LockBusy {}
+
+/// Is `e` the store lock's deadline passing?
+pub fn is_lock_busy(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<LockBusy>())
+}
+
+/// [`LOCK_WAIT`], or, TEST ONLY (feature `injection-pannes`), the `verrou=MS` entry of the
+/// environment variable `DEPOT_FICHIERS_TEST_DELAIS`, so that the tests do not wait 2 s.
+pub fn lock_wait() -> Duration {
+    #[cfg(feature = "injection-pannes")]
+    if let Ok(spec) = std::env::var("DEPOT_FICHIERS_TEST_DELAIS") {
+        for (k, v) in spec.split(',').filter_map(|kv| kv.split_once('=')) {
+            if k.trim() == "verrou"
+                && let Ok(ms) = v.trim().parse::<u64>()
+            {
+                return Duration::from_millis(ms);
+            }
+        }
+    }
+    LOCK_WAIT
+}
+
+/// Takes the lock on `file`, waiting at most [`lock_wait`]: non-blocking attempts separated by
+/// sleeps growing from 1 to 50 ms, then [`LockBusy`].
 fn acquire(file: &File, kind: Kind) -> io::Result<()> {
-    match kind {
-        Kind::Shared => file.lock_shared(),
-        Kind::Exclusive => file.lock(),
+    let deadline = Instant::now() + lock_wait();
+    let mut sleep = FIRST_SLEEP;
+    loop {
+        let attempt = match kind {
+            Kind::Shared => file.try_lock_shared(),
+            Kind::Exclusive => file.try_lock(),
+        };
+        match attempt {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::Error(e)) => return Err(e),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(io::Error::other(LockBusy));
+        }
+        std::thread::sleep(sleep.min(deadline - now));
+        sleep = (sleep * 2).min(MAX_SLEEP);
     }
 }
 

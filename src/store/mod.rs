@@ -49,6 +49,7 @@ use crate::folders;
 use crate::names::Name;
 
 pub use expiry::now_secs;
+pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
 pub use lookup::Found;
 pub use publish::{Published, Upload};
 pub use sweep::SweepReport;
@@ -101,6 +102,8 @@ pub enum StoreError {
         /// `taille_max_fichier_octets`.
         max: u64,
     },
+    /// The store lock stayed held past [`lock_wait`] → 503 + `Retry-After`.
+    Busy,
     /// Anything else (read-only store, permissions…) → 500, logged.
     Io(io::Error),
 }
@@ -112,6 +115,7 @@ impl std::fmt::Display for StoreError {
             StoreError::TooLarge { max } => {
                 write!(f, "fichier trop volumineux ({max} octets au maximum)")
             }
+            StoreError::Busy => write!(f, "{}", lock::LockBusy),
             StoreError::Io(e) => write!(f, "erreur d'entrée-sortie : {e}"),
         }
     }
@@ -129,6 +133,7 @@ impl From<io::Error> for StoreError {
             Some(code) if code == libc_enospc() || code == libc_edquot() => {
                 StoreError::Full(e.to_string())
             }
+            _ if is_lock_busy(&e) => StoreError::Busy,
             _ => StoreError::Io(e),
         }
     }

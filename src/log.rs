@@ -7,12 +7,19 @@
 //!
 //! The folder is opened once (checked like the store's, see [`crate::folders`]); the file is
 //! opened and rotated relative to that descriptor, never through a symbolic link.
+//!
+//! The file stays open between lines (one `write` and one `fstat` per line). A rotation or a
+//! removal by another process is followed: a line written to a file that lost its last name is
+//! written again to a freshly opened one, and at most once a second the name is checked to still
+//! be the open file (a rename by another process or by logrotate).
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
@@ -28,7 +35,20 @@ pub struct Log {
     debug: bool,
     max_bytes: u64,
     keep: u32,
+    /// The file as last opened, kept between lines.
+    live: Mutex<Option<Live>>,
 }
+
+/// The open log file and the identity its name had when last checked.
+struct Live {
+    file: File,
+    dev: u64,
+    ino: u64,
+    checked: Instant,
+}
+
+/// How often the name is checked to still be the open file.
+const NAME_CHECK: Duration = Duration::from_secs(1);
 
 /// The short host name from `/etc/hostname` (first label), `?` if unreadable.
 pub fn short_hostname() -> String {
@@ -124,6 +144,7 @@ impl Log {
             debug,
             max_bytes,
             keep,
+            live: Mutex::new(None),
         }
     }
 
@@ -187,20 +208,64 @@ impl Log {
     }
 
     fn append(&self, line: &[u8]) -> io::Result<()> {
-        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW;
-        let fd = rustix::fs::openat(
-            self.dir()?,
-            LOG_FILE,
-            flags | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let mut f = File::from(fd);
-        // One write(2) in O_APPEND mode: concurrent lines never interleave.
-        f.write_all(line)?;
-        if f.metadata()?.len() > self.max_bytes {
-            self.rotate(&f)?;
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        // A second try only when the first write went to a file that no longer has a name.
+        for _ in 0..2 {
+            let f = self.live_file(&mut live)?;
+            // One write(2) in O_APPEND mode: concurrent lines never interleave.
+            let written = (&f.file).write_all(line);
+            let meta = written.and_then(|()| f.file.metadata());
+            let meta = match meta {
+                Ok(m) => m,
+                Err(e) => {
+                    *live = None;
+                    return Err(e);
+                }
+            };
+            if meta.nlink() == 0 {
+                *live = None;
+                continue;
+            }
+            if meta.len() > self.max_bytes {
+                let rotated = self.rotate(&f.file);
+                *live = None;
+                rotated?;
+            }
+            return Ok(());
         }
         Ok(())
+    }
+
+    /// The open log file: kept from the last line unless its name was checked more than
+    /// [`NAME_CHECK`] ago and now names something else (or nothing); opened otherwise.
+    fn live_file<'a>(&self, live: &'a mut Option<Live>) -> io::Result<&'a Live> {
+        if let Some(f) = live.as_mut().filter(|f| f.checked.elapsed() >= NAME_CHECK) {
+            let same = rustix::fs::statat(self.dir()?, LOG_FILE, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|m| m.st_dev == f.dev && m.st_ino == f.ino);
+            if same {
+                f.checked = Instant::now();
+            } else {
+                *live = None;
+            }
+        }
+        if live.is_none() {
+            let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW;
+            let fd = rustix::fs::openat(
+                self.dir()?,
+                LOG_FILE,
+                flags | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )?;
+            let file = File::from(fd);
+            let m = file.metadata()?;
+            *live = Some(Live {
+                file,
+                dev: m.dev(),
+                ino: m.ino(),
+                checked: Instant::now(),
+            });
+        }
+        Ok(live.as_ref().expect("opened above"))
     }
 
     /// Shifts `.log` → `.log.1` → … → `.log.N`, under an exclusive lock on the live file so that
@@ -282,6 +347,32 @@ mod tests {
         assert!(!dir.path().join("depot-fichiers.log.3").exists());
         let last = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
         assert!(last.contains("ligne 199"));
+    }
+
+    #[test]
+    fn a_removed_log_is_recreated_without_losing_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), false, 1 << 20, 3);
+        log.line("avant");
+        std::fs::remove_file(dir.path().join(LOG_FILE)).unwrap();
+        log.line("après");
+        let text = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        assert!(text.contains("après") && !text.contains("avant"), "{text}");
+    }
+
+    #[test]
+    fn a_rename_by_another_process_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), false, 1 << 20, 3);
+        log.line("première");
+        let old = dir.path().join("depot-fichiers.log.1");
+        std::fs::rename(dir.path().join(LOG_FILE), &old).unwrap();
+        // The name is checked at most once per NAME_CHECK: wait past it.
+        std::thread::sleep(NAME_CHECK + Duration::from_millis(100));
+        log.line("seconde");
+        let text = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        assert!(text.contains("seconde"), "{text}");
+        assert!(!std::fs::read_to_string(&old).unwrap().contains("seconde"));
     }
 
     #[test]

@@ -444,10 +444,13 @@ pub async fn introspect(
         Ok(Ok(r)) => r,
     };
     let (status, body) = outcome.map_err(AuthError::Unavailable)?;
-    log.debug(&format!(
-        "introspection : HTTP {status} {}",
-        debug_dump(&body, token)
-    ));
+    // The dump (a JSON parse and redaction) is only built when the debug log is on.
+    if log.debug_enabled() {
+        log.debug(&format!(
+            "introspection : HTTP {status} {}",
+            debug_dump(&body, token)
+        ));
+    }
     if status != 200 {
         let hint = if status == 401 {
             " — identifiants oauth_client_id/oauth_client_secret refusés par le serveur d'autorisation"

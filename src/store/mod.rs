@@ -158,6 +158,9 @@ pub struct Store {
     sweep_interval: Duration,
     max_file: u64,
     capacity: u64,
+    /// The sweep-cadence marker kept open between requests, only to read its mtime (`fstat`);
+    /// locking and stamping it go through a descriptor opened anew (see [`Store::sweep`]).
+    sweep_marker: std::sync::Mutex<Option<File>>,
 }
 
 impl Store {
@@ -183,6 +186,7 @@ impl Store {
             sweep_interval: Duration::from_millis(cfg.balayage_intervalle_min_ms),
             max_file: cfg.taille_max_fichier_octets,
             capacity: cfg.taille_max_totale_octets,
+            sweep_marker: std::sync::Mutex::new(None),
         })
     }
 

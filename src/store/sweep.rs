@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, FileType, OFlags, StatxFlags};
@@ -41,6 +42,9 @@ impl Store {
     /// published, not about those that appear otherwise (a file or a sidecar copied or left in
     /// the folder by hand), and 0 promises that those go at the next request too.
     pub fn sweep(&self) -> io::Result<SweepReport> {
+        if !self.sweep_interval.is_zero() && self.swept_recently_kept_open() {
+            return Ok(SweepReport::default());
+        }
         let marker = self.open_tmp_file(SWEEP_MARKER)?;
         let m = marker.metadata()?;
         let every_request = self.sweep_interval.is_zero();
@@ -73,6 +77,31 @@ impl Store {
         }
         let _ = marker.set_modified(SystemTime::now());
         report
+    }
+
+    /// Whether the sweep marker, read through the descriptor kept open between requests, says
+    /// that a sweep finished less than `balayage_intervalle_min_ms` ago. False (the caller then
+    /// opens the marker anew and decides) when it cannot tell, or when the open marker lost its
+    /// name (removed or replaced: the descriptor is dropped and reopened next time).
+    fn swept_recently_kept_open(&self) -> bool {
+        let mut kept = self.sweep_marker.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.is_none() {
+            *kept = self.open_tmp_file(SWEEP_MARKER).ok();
+        }
+        let Some(m) = kept.as_ref().and_then(|f| f.metadata().ok()) else {
+            *kept = None;
+            return false;
+        };
+        if m.nlink() == 0 {
+            *kept = None;
+            return false;
+        }
+        m.len() > 0
+            && m.modified().is_ok_and(|t| {
+                SystemTime::now()
+                    .duration_since(t)
+                    .is_ok_and(|age| age < self.sweep_interval)
+            })
     }
 
     /// A full sweep that does not read the stored files when none of them can have expired yet.

@@ -382,3 +382,15 @@ fn sweep_interval_is_shared() {
     assert!(every.sweep().unwrap().full);
     assert!(every.sweep().unwrap().full);
 }
+
+#[test]
+fn a_removed_sweep_marker_is_not_read_through_the_kept_descriptor() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "balayage_intervalle_min_ms = 60000");
+    assert!(store.sweep().unwrap().full);
+    assert!(!store.sweep().unwrap().full);
+    std::fs::remove_file(d.path().join("files/.tmp/balayage")).unwrap();
+    // A fresh (empty) marker: never stamped, so the next request sweeps.
+    assert!(store.sweep().unwrap().full);
+    assert!(!store.sweep().unwrap().full);
+}

@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Guard;
@@ -36,18 +35,7 @@ impl Server {
             .set("oauth_client_secret", "secret")
             .extra(extra)
             .write(&config);
-        let socket = root.join("fcgi.sock");
-        let mut cmd = Command::new(common::binary());
-        cmd.arg("--config")
-            .arg(&config)
-            .arg("--listen")
-            .arg(format!("unix:{}", socket.display()));
-        let guard = Guard::spawn("depot-fichiers", cmd, &root.join("stderr.log"));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while FcgiClient::unix(&socket).is_err() {
-            assert!(Instant::now() < deadline, "the binary did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (guard, socket) = common::listen_unix(&config, root);
         Server {
             _guard: guard,
             dir,

@@ -5,10 +5,9 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::Guard;
+use common::config::TestConfig;
 use common::fcgi::FcgiClient;
 use common::introspection::{self, IntrospectionServer};
 use serde_json::{Value, json};
@@ -23,44 +22,24 @@ struct Server {
     _idp: IntrospectionServer,
 }
 
-fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}
-
 impl Server {
     fn start(extra: &str) -> Server {
         let idp = IntrospectionServer::start(RESOURCE);
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let config = root.join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "token_acces = \"{TOKEN}\"\n\
-                 dossier_fichiers = \"{}\"\ndossier_log = \"{}\"\n\
-                 url_base = \"https://depot.test\"\noauth_url = \"https://as.test\"\n\
-                 oauth_introspection_url = {}\n\
-                 oauth_client_id = {}\noauth_client_secret = {}\n{extra}\n",
-                root.join("files").display(),
-                root.join("log").display(),
-                toml_string(&idp.url()),
-                toml_string(introspection::CLIENT_ID),
-                toml_string(introspection::CLIENT_SECRET),
-            ),
-        )
-        .unwrap();
-        let socket = root.join("fcgi.sock");
-        let mut cmd = Command::new(common::binary());
-        cmd.arg("--config")
-            .arg(&config)
-            .arg("--listen")
-            .arg(format!("unix:{}", socket.display()));
-        let guard = Guard::spawn("depot-fichiers", cmd, &root.join("stderr.log"));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while FcgiClient::unix(&socket).is_err() {
-            assert!(Instant::now() < deadline, "the binary did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        TestConfig::new(root)
+            .set("token_acces", TOKEN)
+            .set("url_base", "https://depot.test")
+            .set("oauth_url", "https://as.test")
+            .introspection(
+                &idp.url(),
+                introspection::CLIENT_ID,
+                introspection::CLIENT_SECRET,
+            )
+            .extra(extra)
+            .write(&config);
+        let (guard, socket) = common::listen_unix(&config, root);
         Server {
             _guard: guard,
             _dir: dir,

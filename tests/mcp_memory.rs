@@ -8,8 +8,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::Guard;
@@ -49,18 +47,7 @@ impl Server {
             )
             .extra(extra)
             .write(&config);
-        let socket = root.join("fcgi.sock");
-        let mut cmd = Command::new(common::binary());
-        cmd.arg("--config")
-            .arg(&config)
-            .arg("--listen")
-            .arg(format!("unix:{}", socket.display()));
-        let guard = Guard::spawn("depot-fichiers", cmd, &root.join("stderr.log"));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while FcgiClient::unix(&socket).is_err() {
-            assert!(Instant::now() < deadline, "the binary did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (guard, socket) = common::listen_unix(&config, root);
         Server {
             guard,
             _dir: dir,

@@ -369,6 +369,27 @@ impl Drop for Guard {
     }
 }
 
+/// Starts the real binary on `--listen unix:<root>/fcgi.sock` with this configuration file, its
+/// stderr in `<root>/stderr.log`, and waits (10 s at most) until it accepts connections.
+pub fn listen_unix(config: &Path, root: &Path) -> (Guard, PathBuf) {
+    let socket = root.join("fcgi.sock");
+    let mut cmd = Command::new(binary());
+    cmd.arg("--config")
+        .arg(config)
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()));
+    let guard = Guard::spawn("depot-fichiers", cmd, &root.join("stderr.log"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fcgi::FcgiClient::unix(&socket).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the binary did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (guard, socket)
+}
+
 /// Waits until something accepts TCP connections on 127.0.0.1:`port`, or `guard` exits.
 pub fn wait_port(port: u16, guard: &mut Guard, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;

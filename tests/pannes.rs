@@ -439,7 +439,11 @@ fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
 /// A process stopped while it holds the exclusive store lock (`avant-renommage`): downloads,
 /// uploads and MCP reads of another process answer "store busy" (503 + `Retry-After`, or the MCP
 /// tool error of each era) within the lock deadline (700 ms here, `DEPOT_FICHIERS_TEST_DELAIS`),
-/// their sweeps skipped rather than failing them; once the holder dies, everything works again.
+/// their sweeps skipped rather than failing them. The deadline is waited once per outage and per
+/// process: after the first request's wait ran out, the next ones of the same process answer
+/// without waiting it again (a process serves its requests one after the other, so the waits
+/// added up: a dead JuiceFS client's lock held every request of a node for its whole session
+/// expiry, issue 12). Once the holder dies, everything works again.
 #[test]
 fn lock_held_too_long_answers_503_then_recovers() {
     let faulty = faulty_binary();
@@ -526,12 +530,23 @@ fn lock_held_too_long_answers_503_then_recovers() {
     let t = Instant::now();
     let r = healthy.get(&token, "a");
     busy("téléchargement", &r, t.elapsed());
+    // The same process again: it only probes the lock (50 ms) instead of waiting the deadline
+    // once for its sweep and once more for the request.
     let t = Instant::now();
     let r = healthy.upload(&token, "c", b"c").unwrap();
     busy("dépôt", &r, t.elapsed());
+    assert!(
+        t.elapsed() < deadline,
+        "dépôt waited again: {:?}",
+        t.elapsed()
+    );
     let t = Instant::now();
     let modern = mcp(true);
-    assert!(t.elapsed() < 3 * deadline, "MCP: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < deadline,
+        "MCP waited again: {:?}",
+        t.elapsed()
+    );
     assert_eq!(modern["result"]["isError"], true, "{modern}");
     assert!(modern.to_string().contains("occupé"), "{modern}");
     let legacy = mcp(false);

@@ -8,9 +8,17 @@
 //! Every acquisition goes through [`acquire`], which waits at most [`LOCK_WAIT`]: a lock held
 //! for longer (a dead JuiceFS client keeps its locks until its session expires) makes the request
 //! fail with [`LockBusy`] (503 + `Retry-After`) instead of hanging.
+//!
+//! One full wait per outage and per process, not per acquisition: once a wait has run out, the
+//! process only probes the lock ([`PROBE`]) until it gets it again. A process serves its requests
+//! one after the other (the store is synchronous: under `--listen` a waiting request holds up
+//! every connection of the process), so waiting [`LOCK_WAIT`] for each of them would add up: a
+//! dead JuiceFS client's lock (≈ 10 s) kept requests queued behind each other's waits for the
+//! whole session expiry.
 
 use std::fs::{File, TryLockError};
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{LOCK_FILE, Store};
@@ -26,7 +34,10 @@ impl Drop for Held {
 }
 
 /// The store lock, held shared.
-pub(super) struct SharedGuard(Held);
+pub(super) struct SharedGuard<'a> {
+    held: Held,
+    outage: &'a Outage,
+}
 
 /// The store lock, held exclusively: nothing else reads or changes the store meanwhile.
 pub(super) struct ExclusiveGuard {
@@ -39,16 +50,28 @@ enum Kind {
     Exclusive,
 }
 
-/// The longest wait for the store lock, per acquisition, before a request gives up with 503
-/// (documented in `docs/GARANTIES.md`). A request waits at most twice: once in the sweep it
-/// begins with (skipped when the wait runs out), once for its own lookup or publication. Short
-/// enough that a dead JuiceFS client (locks held until its session expires, ≈ 10 s with
-/// `--heartbeat 2s`) costs the other nodes a quick 503 rather than a hang.
+/// The longest wait for the store lock before a request gives up with 503 (documented in
+/// `docs/GARANTIES.md`). Once per outage and per process: after a wait that ran out, the
+/// acquisitions of the same process only try for [`PROBE`] until one succeeds, so a request
+/// waits this long at most once (in the sweep it begins with, skipped when the wait runs out, or
+/// for its own lookup or publication). Short enough that a dead JuiceFS client (locks held until
+/// its session expires, ≈ 10 s with `--heartbeat 2s`) costs the other nodes a quick 503 rather
+/// than a hang.
 pub const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// First and longest sleep between two attempts to take the lock.
 const FIRST_SLEEP: Duration = Duration::from_millis(1);
 const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// How long an acquisition tries, instead of [`LOCK_WAIT`], while this process is in an
+/// [`Outage`]: long enough to get a lock that is only briefly held by someone else.
+const PROBE: Duration = Duration::from_millis(50);
+
+/// Whether this process's last wait for the store lock ran out with no acquisition succeeding
+/// since: the lock is held by someone who does not let go (a stopped process, a dead JuiceFS
+/// client). Set when a wait runs out, cleared by the next acquisition that succeeds.
+#[derive(Default)]
+pub(super) struct Outage(AtomicBool);
 
 /// The store lock could not be taken within the deadline: carried inside an `io::Error` so that
 /// every `?` on the lock keeps working; see [`is_lock_busy`].
@@ -88,10 +111,16 @@ pub fn lock_wait() -> Duration {
     LOCK_WAIT
 }
 
-/// Takes the lock on `file`, waiting at most [`lock_wait`]: non-blocking attempts separated by
-/// sleeps growing from 1 to 50 ms, then [`LockBusy`].
-fn acquire(file: &File, kind: Kind) -> io::Result<()> {
-    let deadline = Instant::now() + lock_wait();
+/// Takes the lock on `file`, waiting at most [`lock_wait`] (only [`PROBE`] during an
+/// [`Outage`]): non-blocking attempts separated by sleeps growing from 1 to 50 ms, then
+/// [`LockBusy`].
+fn acquire(file: &File, kind: Kind, outage: &Outage) -> io::Result<()> {
+    let wait = if outage.0.load(Ordering::Relaxed) {
+        PROBE.min(lock_wait())
+    } else {
+        lock_wait()
+    };
+    let deadline = Instant::now() + wait;
     let mut sleep = FIRST_SLEEP;
     loop {
         let attempt = match kind {
@@ -99,12 +128,16 @@ fn acquire(file: &File, kind: Kind) -> io::Result<()> {
             Kind::Exclusive => file.try_lock(),
         };
         match attempt {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                outage.0.store(false, Ordering::Relaxed);
+                return Ok(());
+            }
             Err(TryLockError::Error(e)) => return Err(e),
             Err(TryLockError::WouldBlock) => {}
         }
         let now = Instant::now();
         if now >= deadline {
+            outage.0.store(true, Ordering::Relaxed);
             return Err(io::Error::other(LockBusy));
         }
         std::thread::sleep(sleep.min(deadline - now));
@@ -119,27 +152,30 @@ impl Store {
         self.open_tmp_file(LOCK_FILE)
     }
 
-    pub(super) fn lock_shared(&self) -> io::Result<SharedGuard> {
+    pub(super) fn lock_shared(&self) -> io::Result<SharedGuard<'_>> {
         let file = self.lock_file()?;
-        acquire(&file, Kind::Shared)?;
-        Ok(SharedGuard(Held(file)))
+        acquire(&file, Kind::Shared, &self.lock_outage)?;
+        Ok(SharedGuard {
+            held: Held(file),
+            outage: &self.lock_outage,
+        })
     }
 
     pub(super) fn lock_exclusive(&self) -> io::Result<ExclusiveGuard> {
         let file = self.lock_file()?;
-        acquire(&file, Kind::Exclusive)?;
+        acquire(&file, Kind::Exclusive, &self.lock_outage)?;
         Ok(ExclusiveGuard { _held: Held(file) })
     }
 }
 
-impl SharedGuard {
+impl SharedGuard<'_> {
     /// Trades the shared lock for the exclusive one on the same file. Not atomic (flock drops
     /// the old lock before taking the new one): whatever was seen under the shared lock must be
     /// checked again.
     pub(super) fn upgrade(self) -> io::Result<ExclusiveGuard> {
-        let held = self.0;
+        let held = self.held;
         held.0.unlock()?;
-        acquire(&held.0, Kind::Exclusive)?;
+        acquire(&held.0, Kind::Exclusive, self.outage)?;
         Ok(ExclusiveGuard { _held: held })
     }
 }

@@ -29,10 +29,6 @@ impl Server {
         let config = root.join("config.toml");
         TestConfig::new(root)
             .set("token_acces", TOKEN)
-            .set("url_base", "https://depot.test")
-            .set("oauth_url", "https://as.test")
-            .set("oauth_client_id", "c")
-            .set("oauth_client_secret", "secret")
             .extra(extra)
             .write(&config);
         let (guard, socket) = common::listen_unix(&config, root);
@@ -179,7 +175,7 @@ fn overwrite_statuses_head_and_range() {
         ],
         b"",
     );
-    assert_eq!(json(&m)["resource"], "https://depot.test/mcp.php");
+    assert_eq!(json(&m)["resource"], common::config::RESOURCE);
 }
 
 #[test]

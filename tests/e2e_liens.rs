@@ -307,9 +307,10 @@ fn the_mcp_link_carries_a_capability_that_downloads() {
     let content = bytes(3000, 23);
     let from_upload = upload_link(s, "rapport final.pdf", &content);
 
-    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "recuperer_fichier",
-                   "arguments": {"nom_fichier": "rapport final.pdf", "mode": "lien"}}})
+    let body = common::tools_call(
+        2,
+        json!({"nom_fichier": "rapport final.pdf", "mode": "lien"}),
+    )
     .to_string();
     let r = curl(&[
         "-X",

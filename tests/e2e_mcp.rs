@@ -60,9 +60,10 @@ fn tools_call_with_a_valid_token_gives_the_link_through_apache() {
     let (_d, path) = local_file("rapport final.pdf", &content);
     assert_eq!(upload(&a.state, &path).status, 200);
 
-    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "recuperer_fichier",
-                   "arguments": {"nom_fichier": "rapport final.pdf", "mode": "lien"}}})
+    let body = common::tools_call(
+        2,
+        json!({"nom_fichier": "rapport final.pdf", "mode": "lien"}),
+    )
     .to_string();
     let auth = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
     let mcp = format!("{}/mcp.php", a.state.url);
@@ -377,9 +378,7 @@ fn legacy_batch_of_base64_calls_through_apache_gets_one_answer_per_call() {
     let (_d, path) = local_file("trois mo.bin", &content);
     assert_eq!(upload(&a.state, &path).status, 200);
     let call = |id: i64, mode: &str| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "recuperer_fichier",
-                       "arguments": {"nom_fichier": "trois mo.bin", "mode": mode}}})
+        common::tools_call(id, json!({"nom_fichier": "trois mo.bin", "mode": mode}))
     };
     let body = json!([
         call(1, "base64"),

@@ -37,10 +37,6 @@ impl Server {
         let config = root.join("config.toml");
         TestConfig::new(root)
             .set("token_acces", TOKEN)
-            .set("url_base", "https://depot.test")
-            .set("oauth_url", "https://as.test")
-            .set("oauth_client_id", "c")
-            .set("oauth_client_secret", "secret")
             .write(&config);
         let port = common::free_port();
         let mut cmd = Command::new(common::binary());

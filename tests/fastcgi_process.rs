@@ -23,15 +23,22 @@ fn echo_bin() -> PathBuf {
         let exe = std::env::current_exe().unwrap();
         let dir = exe.parent().unwrap().parent().unwrap();
         let bin = dir.join("examples").join("echo_fcgi");
-        if !bin.exists() {
-            // `cargo test --test fastcgi_process` alone does not build the examples.
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "--example", "echo_fcgi"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .unwrap();
-            assert!(status.success(), "cargo build --example echo_fcgi failed");
+        // `cargo test --test fastcgi_process` alone does not build the examples; build it every
+        // time (a no-op when up to date, never a stale copy), in this test's own profile and features.
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "--example", "echo_fcgi"]);
+        if dir.ends_with("release") {
+            build.arg("--release");
         }
+        if cfg!(feature = "injection-pannes") {
+            build.args(["--features", "injection-pannes"]);
+        }
+        let status = build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "cargo build --example echo_fcgi failed");
+        assert!(bin.exists(), "{} missing after the build", bin.display());
         bin
     })
     .clone()

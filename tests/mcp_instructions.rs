@@ -7,13 +7,12 @@ mod common;
 use std::path::PathBuf;
 
 use common::Guard;
-use common::config::TestConfig;
+use common::config::{RESOURCE, TestConfig};
 use common::fcgi::FcgiClient;
 use common::introspection::{self, IntrospectionServer};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz012345-_.~";
-const RESOURCE: &str = "https://depot.test/mcp.php";
 
 struct Server {
     _guard: Guard,
@@ -30,8 +29,6 @@ impl Server {
         let config = root.join("config.toml");
         TestConfig::new(root)
             .set("token_acces", TOKEN)
-            .set("url_base", "https://depot.test")
-            .set("oauth_url", "https://as.test")
             .introspection(
                 &idp.url(),
                 introspection::CLIENT_ID,

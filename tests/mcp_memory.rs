@@ -11,13 +11,12 @@ use std::path::PathBuf;
 
 use base64::Engine;
 use common::Guard;
-use common::config::TestConfig;
+use common::config::{RESOURCE, TestConfig};
 use common::fcgi::{FcgiClient, FcgiResponse};
 use common::introspection::{self, IntrospectionServer};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz012345-_.~";
-const RESOURCE: &str = "https://depot.test/mcp.php";
 const MIB: usize = 1024 * 1024;
 /// The documented bound of the process's peak resident memory after one `/mcp.php` request,
 /// whatever the batch (docs/GARANTIES.md, « Mémoire bornée »).
@@ -38,8 +37,6 @@ impl Server {
         let config = root.join("config.toml");
         TestConfig::new(root)
             .set("token_acces", TOKEN)
-            .set("url_base", "https://depot.test")
-            .set("oauth_url", "https://as.test")
             .introspection(
                 &idp.url(),
                 introspection::CLIENT_ID,
@@ -116,11 +113,7 @@ fn clip(v: &impl std::fmt::Display) -> String {
 fn base64_batch(n: i64) -> Value {
     Value::Array(
         (1..=n)
-            .map(|id| {
-                json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
-                    "name":"recuperer_fichier",
-                    "arguments":{"nom_fichier":"gros.bin","mode":"base64"}}})
-            })
+            .map(|id| common::tools_call(id, json!({"nom_fichier": "gros.bin", "mode": "base64"})))
             .collect(),
     )
 }
@@ -186,8 +179,7 @@ fn the_memory_bound_holds_for_the_largest_batch_of_links() {
     // mode="lien" calls: thousands of answers in one reply.
     let s = Server::start("");
     s.upload("a", b"x");
-    let one = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
-        "name":"recuperer_fichier","arguments":{"nom_fichier":"a"}}});
+    let one = common::tools_call(1, json!({"nom_fichier": "a"}));
     let n = (1 << 20) / (one.to_string().len() + 1) - 1;
     let batch = Value::Array(vec![one; n]);
     assert!(batch.to_string().len() <= 1 << 20);

@@ -373,10 +373,6 @@ async fn legacy_tools_list_per_version() {
     assert_eq!(t["annotations"]["readOnlyHint"], true);
 }
 
-fn call(id: i64, args: Value) -> Value {
-    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"recuperer_fichier","arguments":args}})
-}
-
 #[tokio::test]
 async fn legacy_tools_call() {
     let e = env("taille_max_base64_octets = 10");
@@ -393,7 +389,7 @@ async fn legacy_tools_call() {
     let a = e
         .post(
             &h,
-            call(4, json!({"nom_fichier":"devis dupont.docx","mode":"lien"})),
+            common::tools_call(4, json!({"nom_fichier":"devis dupont.docx","mode":"lien"})),
         )
         .await;
     assert_eq!(a.status, 200);
@@ -422,7 +418,10 @@ async fn legacy_tools_call() {
     );
     // Default mode is lien; 2025-03-26 has no structuredContent nor resource_link.
     let a = e
-        .post(&[], call(5, json!({"nom_fichier":"devis dupont.docx"})))
+        .post(
+            &[],
+            common::tools_call(5, json!({"nom_fichier":"devis dupont.docx"})),
+        )
         .await;
     assert_eq!(
         a.json()["result"],
@@ -432,7 +431,7 @@ async fn legacy_tools_call() {
     let a = e
         .post(
             &h,
-            call(
+            common::tools_call(
                 6,
                 json!({"nom_fichier":"devis dupont.docx","mode":"base64"}),
             ),
@@ -455,13 +454,16 @@ async fn legacy_tools_call() {
     let (st, code, msg) = err(&e
         .post(
             &h,
-            call(7, json!({"nom_fichier":"gros.bin","mode":"base64"})),
+            common::tools_call(7, json!({"nom_fichier":"gros.bin","mode":"base64"})),
         )
         .await);
     assert_eq!((st, code), (200, -32000));
     assert!(msg.contains("mode=\"lien\""), "{msg}");
     let (_, code, msg) = err(&e
-        .post(&h, call(8, json!({"nom_fichier":"absent.txt"})))
+        .post(
+            &h,
+            common::tools_call(8, json!({"nom_fichier":"absent.txt"})),
+        )
         .await);
     assert_eq!(code, -32000);
     assert!(msg.contains("introuvable"), "{msg}");
@@ -473,7 +475,7 @@ async fn legacy_tools_call() {
         json!({"nom_fichier":3}),
         json!({"nom_fichier":"a","mode":"texte"}),
     ] {
-        let a = e.post(&h, call(9, bad.clone())).await;
+        let a = e.post(&h, common::tools_call(9, bad.clone())).await;
         assert_eq!(err(&a).1, -32602, "{bad}");
     }
     let a = e.post(&h, json!({"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"recuperer_fichier","arguments":"x"}})).await;
@@ -507,13 +509,13 @@ async fn base64_budget_is_per_http_request() {
     // taille_max_base64_octets bounds the sum of the files one HTTP request returns in base64.
     let e = env("taille_max_base64_octets = 10");
     e.put("a.bin", b"0123");
-    let b64 = |id: i64| call(id, json!({"nom_fichier":"a.bin","mode":"base64"}));
+    let b64 = |id: i64| common::tools_call(id, json!({"nom_fichier":"a.bin","mode":"base64"}));
     let batch = json!([
         b64(1),
         {"jsonrpc":"2.0","id":2,"method":"ping"},
         b64(3),
         b64(4),
-        call(5, json!({"nom_fichier":"a.bin","mode":"lien"})),
+        common::tools_call(5, json!({"nom_fichier":"a.bin","mode":"lien"})),
         b64(6),
     ]);
     let a = e.post(&[], batch).await;
@@ -575,7 +577,10 @@ async fn legacy_expired_file_is_missing() {
         .set_modified(old)
         .unwrap();
     let a = e
-        .post(&[], call(1, json!({"nom_fichier":"vieux.txt"})))
+        .post(
+            &[],
+            common::tools_call(1, json!({"nom_fichier":"vieux.txt"})),
+        )
         .await;
     assert_eq!(a.json()["error"]["code"], -32000);
     assert!(!e.file("vieux.txt").exists());
@@ -638,7 +643,7 @@ async fn batches_only_in_2025_03_26() {
     let batch = json!([
         {"jsonrpc":"2.0","id":1,"method":"ping"},
         {"jsonrpc":"2.0","method":"notifications/initialized"},
-        call(2, json!({"nom_fichier":"a.txt"})),
+        common::tools_call(2, json!({"nom_fichier":"a.txt"})),
         {"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}
     ]);
     for h in [vec![], vec![("MCP-Protocol-Version", "2025-03-26")]] {

@@ -121,9 +121,7 @@ fn bidirectional_controls_and_line_separators_are_refused_everywhere() {
         assert_eq!(r.status, 400, "U+{:04X}: {}", c as u32, r.text());
         assert_eq!(r.json()["erreur"], "nom_invalide");
 
-        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": "recuperer_fichier", "arguments": {"nom_fichier": name}}})
-        .to_string();
+        let body = common::tools_call(7, json!({"nom_fichier": name})).to_string();
         let r = curl(&[
             "-X",
             "POST",

@@ -5,7 +5,7 @@ use depot_fichiers::http::{Response, ResponseBody, parts_to_vec};
 use serde_json::Value;
 
 /// An answer as a client sees it.
-#[derive(Debug)]
+#[derive(Debug, Clone, Default)]
 pub struct Answer {
     pub status: u16,
     pub headers: Vec<(String, String)>,

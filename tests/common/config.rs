@@ -13,6 +13,10 @@ use depot_fichiers::config::{self, Config};
 
 /// The default `token_acces` of the tests (32 hex digits).
 pub const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+/// The default `url_base` of the tests.
+pub const URL_BASE: &str = "https://depot.example.org";
+/// The MCP resource of [`URL_BASE`] (what introspection must name as audience).
+pub const RESOURCE: &str = "https://depot.example.org/mcp.php";
 /// The default `oauth_client_secret` of the tests.
 pub const CLIENT_SECRET: &str = "client-secret-value";
 
@@ -30,7 +34,7 @@ impl TestConfig {
             .set("token_acces", TOKEN)
             .set("dossier_fichiers", root.join("files").display().to_string())
             .set("dossier_log", root.join("log").display().to_string())
-            .set("url_base", "https://depot.example.org")
+            .set("url_base", URL_BASE)
             .set("oauth_url", "https://oauth.example.org")
             .set("oauth_client_id", "depot")
             .set("oauth_client_secret", CLIENT_SECRET)

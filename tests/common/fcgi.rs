@@ -17,6 +17,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use super::answer::Answer;
+
 pub const BEGIN_REQUEST: u8 = 1;
 pub const ABORT_REQUEST: u8 = 2;
 pub const END_REQUEST: u8 = 3;
@@ -52,11 +54,9 @@ pub struct RawRecord {
 /// A parsed response.
 #[derive(Debug, Clone, Default)]
 pub struct FcgiResponse {
-    /// From the `Status:` header; 200 when there is none (CGI rule).
-    pub status: u16,
-    /// The CGI headers other than `Status`, in order.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    /// Status (from the `Status:` header; 200 when there is none, the CGI rule), the other CGI
+    /// headers in order, and the body; reached through `Deref` (`r.status`, `r.header(…)`).
+    pub answer: Answer,
     /// Everything received on FCGI_STDERR.
     pub stderr: Vec<u8>,
     pub app_status: u32,
@@ -67,18 +67,16 @@ pub struct FcgiResponse {
     pub other_records: Vec<RawRecord>,
 }
 
-impl FcgiResponse {
-    /// The first header of that name (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+impl std::ops::Deref for FcgiResponse {
+    type Target = Answer;
+    fn deref(&self) -> &Answer {
+        &self.answer
     }
+}
 
-    /// The body as UTF-8 text (lossy).
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
+impl std::ops::DerefMut for FcgiResponse {
+    fn deref_mut(&mut self) -> &mut Answer {
+        &mut self.answer
     }
 }
 
@@ -304,7 +302,7 @@ impl FcgiClient {
                 _ => resp.other_records.push(rec),
             }
         }
-        parse_cgi_output(&stdout, &mut resp);
+        parse_cgi_output(&stdout, &mut resp.answer);
         super::audit::body("fastcgi", resp.status, &resp.body);
         super::audit::stderr("fastcgi", &resp.stderr);
         Ok(resp)
@@ -416,7 +414,7 @@ pub fn parse_end_request(c: &[u8]) -> Option<(u32, u8)> {
 }
 
 /// Splits CGI output into `Status`, headers and body.
-fn parse_cgi_output(out: &[u8], resp: &mut FcgiResponse) {
+fn parse_cgi_output(out: &[u8], resp: &mut Answer) {
     resp.status = 200;
     let (head, body) = match find(out, b"\r\n\r\n") {
         Some(i) => (&out[..i], &out[i + 4..]),

@@ -33,6 +33,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A JSON-RPC `tools/call` of `recuperer_fichier` with these arguments.
+pub fn tools_call(id: i64, arguments: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "recuperer_fichier", "arguments": arguments}})
+}
+
 /// Root of the repository (where `apache/` and `Cargo.toml` live).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

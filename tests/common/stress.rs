@@ -159,11 +159,7 @@ impl Target {
                 }
                 .map_err(|e| format!("connect: {e}"))?;
                 let resp = c.request(&p, &r.body).map_err(|e| format!("fcgi: {e}"))?;
-                let a = Answer {
-                    status: resp.status,
-                    headers: resp.headers,
-                    body: resp.body,
-                };
+                let a = resp.answer;
                 truncated(r, &a)?;
                 Ok(a)
             }

@@ -176,26 +176,106 @@ fn orphans_are_removed_once_old() {
     assert_eq!(names_in(&files), [".meta", ".tmp"]);
 }
 
-#[test]
-fn mismatched_pair_is_never_served_and_removed() {
-    let d = tempfile::tempdir().unwrap();
-    let (_, store) = test_store(d.path(), "");
-    put(&store, "v", b"old version");
-    // A writer killed between its two renames: new sidecar, old file.
+/// Replaces `name`'s sidecar with one written for another inode of the same size: what a
+/// writer killed between its two renames leaves, or what a node with a stale cache of a shared
+/// filesystem sees (the old file next to the new sidecar).
+fn mismatch(dir: &Path, name: &str) {
+    let path = dir.join("files").join(name);
+    let m = std::fs::metadata(&path).unwrap();
     let sc = Sidecar {
-        nom_original: "v".into(),
+        nom_original: name.into(),
         depot_timestamp: now_secs(),
-        taille_octets: 3,
-        inode: None,
+        taille_octets: m.len(),
+        inode: Some(m.ino() + 1),
         depot_nanosecondes: None,
     };
     std::fs::write(
-        d.path().join("files/.meta/v.json"),
+        dir.join(format!("files/.meta/{name}.json")),
         serde_json::to_vec(&sc).unwrap(),
     )
     .unwrap();
-    assert!(store.lookup(&Name::parse(b"v").unwrap()).unwrap().is_none());
-    assert!(!d.path().join("files/v").exists());
+}
+
+#[test]
+fn mismatched_pair_is_never_served_nor_removed_before_the_orphan_delay() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 10\nduree_max_depot_secondes = 100",
+    );
+    let files = d.path().join("files");
+    put(&store, "v", b"old version");
+    mismatch(d.path(), "v");
+    let name = Name::parse(b"v").unwrap();
+    let both = || files.join("v").exists() && files.join(".meta/v.json").exists();
+    // Never served, but not removed on that sight: neither by the lookup nor by a sweep.
+    assert!(store.lookup(&name).unwrap().is_none());
+    assert!(both(), "removed by the lookup");
+    let r = store.sweep_full().unwrap();
+    assert!(r.removed_files.is_empty() && r.removed_orphans.is_empty());
+    assert!(both(), "removed by the sweep");
+    // Its age is the newer half's: an old file next to a fresh sidecar stays.
+    set_mtime(&files.join("v"), 101);
+    store.sweep_full().unwrap();
+    assert!(store.lookup(&name).unwrap().is_none());
+    assert!(both(), "an old file next to a fresh sidecar was removed");
+    // Both halves older than duree_max_depot_secondes: removed by the next lookup or sweep.
+    set_mtime(&files.join(".meta/v.json"), 101);
+    assert!(store.lookup(&name).unwrap().is_none());
+    assert_eq!(names_in(&files), [".meta", ".tmp"]);
+    put(&store, "w", b"old version");
+    mismatch(d.path(), "w");
+    set_mtime(&files.join("w"), 101);
+    set_mtime(&files.join(".meta/w.json"), 101);
+    let r = store.sweep_full().unwrap();
+    assert_eq!(r.removed_files, ["w"]);
+    assert_eq!(names_in(&files), [".meta", ".tmp"]);
+    assert_eq!(names_in(&files.join(".meta")), Vec::<String>::new());
+}
+
+#[test]
+fn an_unreadable_sidecar_waits_for_the_orphan_delay_too() {
+    let d = tempfile::tempdir().unwrap();
+    // (Inactivity shorter than 101 s: where birth times exist, the sweep's first phase rules
+    // out a file whose mtime was set back by hand behind its birth only by its inactivity.)
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 10\nduree_max_depot_secondes = 100",
+    );
+    let files = d.path().join("files");
+    put(&store, "u", b"data");
+    std::fs::write(files.join(".meta/u.json"), b"{not json").unwrap();
+    let name = Name::parse(b"u").unwrap();
+    assert!(store.lookup(&name).unwrap().is_none());
+    store.sweep_full().unwrap();
+    assert!(files.join("u").exists() && files.join(".meta/u.json").exists());
+    set_mtime(&files.join("u"), 101);
+    set_mtime(&files.join(".meta/u.json"), 101);
+    store.sweep_full().unwrap();
+    assert_eq!(names_in(&files), [".meta", ".tmp"]);
+}
+
+#[test]
+fn the_deadline_marker_wakes_up_for_a_mismatched_pair() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 100\nduree_max_depot_secondes = 100",
+    );
+    let files = d.path().join("files");
+    put(&store, "v", b"old version");
+    mismatch(d.path(), "v");
+    // Both halves 99 s old: removable in 1 or 2 s, long before anything published now.
+    set_mtime(&files.join("v"), 99);
+    set_mtime(&files.join(".meta/v.json"), 99);
+    let r = store.sweep_now().unwrap();
+    assert!(r.scanned && r.removed_files.is_empty());
+    let marker = std::fs::metadata(files.join(".tmp/echeance")).unwrap();
+    assert!(marker.mtime() <= now_secs() + 1, "{}", marker.mtime());
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = store.sweep_now().unwrap();
+    assert!(r.scanned, "the deadline marker held the sweep off");
+    assert_eq!(r.removed_files, ["v"]);
 }
 
 #[test]

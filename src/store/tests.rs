@@ -347,6 +347,72 @@ fn sweep_never_removes_a_publication_in_progress() {
 }
 
 #[test]
+fn the_full_sweep_reads_the_store_without_the_lock() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "duree_max_depot_secondes = 100");
+    let files = d.path().join("files");
+    put(&store, "live", b"1");
+    put(&store, "v", b"old version");
+    mismatch(d.path(), "v");
+    std::fs::write(files.join(".meta/young-orphan.json"), b"{}").unwrap();
+    let mut writer = store.begin_upload().unwrap();
+    writer.write(b"in progress").unwrap();
+    // Another process holds the store lock (a publication, or a dead JuiceFS client's lock):
+    // a sweep with nothing to remove neither waits for it nor fails.
+    let held = store.lock_exclusive().unwrap();
+    let t = std::time::Instant::now();
+    let r = store.sweep_full().unwrap();
+    assert!(t.elapsed() < lock::LOCK_WAIT, "{:?}", t.elapsed());
+    assert!(r.scanned);
+    assert!(r.removed_files.is_empty() && r.removed_orphans.is_empty());
+    assert!(r.removed_temporaries.is_empty());
+    drop(held);
+    // Something to remove: the lock, one candidate at a time.
+    set_mtime(&files.join(".meta/young-orphan.json"), 101);
+    std::fs::write(files.join(".tmp/1-dead.part"), b"x").unwrap();
+    let r = store.sweep_full().unwrap();
+    assert_eq!(r.removed_orphans, ["young-orphan"]);
+    assert_eq!(r.removed_temporaries, ["1-dead.part"]);
+    writer.write(b" still fine").unwrap();
+    writer.publish(&store, &Name::parse(b"w").unwrap()).unwrap();
+    assert_eq!(names_in(&files), [".meta", ".tmp", "live", "v", "w"]);
+}
+
+#[test]
+fn the_sweep_checks_again_under_the_lock_before_removing() {
+    // An expired version replaced while the sweep reads the store without the lock: the new
+    // version is never removed.
+    let d = tempfile::tempdir().unwrap();
+    let cfg = "duree_inactivite_secondes = 5\nduree_max_depot_secondes = 100";
+    let (_, store) = test_store(d.path(), cfg);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (stop, root) = (stop.clone(), d.path().to_path_buf());
+        std::thread::spawn(move || {
+            let (_, store) = test_store(&root, cfg);
+            while !stop.load(Ordering::Relaxed) {
+                store.sweep_full().unwrap();
+            }
+        })
+    };
+    let name = Name::parse(b"x").unwrap();
+    let start = std::time::Instant::now();
+    let (mut lost, mut n) = (0, 0);
+    while start.elapsed() < Duration::from_secs(2) {
+        put(&store, "x", b"old");
+        set_mtime(&d.path().join("files/x"), 10);
+        put(&store, "x", b"new");
+        if store.lookup(&name).unwrap().is_none() {
+            lost += 1;
+        }
+        n += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    sweeper.join().unwrap();
+    assert_eq!(lost, 0, "{lost} of {n} fresh publications removed");
+}
+
+#[test]
 fn limits() {
     let d = tempfile::tempdir().unwrap();
     let (_, store) = test_store(

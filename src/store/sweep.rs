@@ -49,13 +49,9 @@ impl Store {
         let m = marker.metadata()?;
         let every_request = self.sweep_interval.is_zero();
         if !every_request {
-            // An empty marker was never stamped by a sweep; a marker in the future (clock set
-            // back) does not hold sweeps off.
-            let swept_recently = m.len() > 0
-                && SystemTime::now()
-                    .duration_since(m.modified()?)
-                    .map(|age| age < self.sweep_interval)
-                    .unwrap_or(false);
+            // An empty marker was never stamped by a sweep.
+            let swept_recently =
+                m.len() > 0 && stamped_recently(m.modified()?, self.sweep_interval);
             if swept_recently {
                 return Ok(SweepReport::default());
             }
@@ -97,11 +93,8 @@ impl Store {
             return false;
         }
         m.len() > 0
-            && m.modified().is_ok_and(|t| {
-                SystemTime::now()
-                    .duration_since(t)
-                    .is_ok_and(|age| age < self.sweep_interval)
-            })
+            && m.modified()
+                .is_ok_and(|t| stamped_recently(t, self.sweep_interval))
     }
 
     /// A full sweep that does not read the stored files when none of them can have expired yet.
@@ -302,5 +295,20 @@ impl Store {
             let _ = f.unlock();
         }
         removed
+    }
+}
+
+/// The clock skew between nodes that the sweep cadence tolerates (NTP keeps it far smaller).
+const TOLERATED_SKEW: Duration = Duration::from_secs(2);
+
+/// Whether the sweep-cadence marker, stamped at `stamp` by whichever node swept last, says that
+/// a sweep finished less than `interval` ago. A stamp in the future is another node's clock
+/// ahead of ours (or ours set back): a little ahead (less than the interval and than
+/// [`TOLERATED_SKEW`]) it counts as recent, so that a small skew keeps the cadence; further
+/// ahead it does not hold sweeps off (this node sweeps and stamps its own time).
+fn stamped_recently(stamp: SystemTime, interval: Duration) -> bool {
+    match SystemTime::now().duration_since(stamp) {
+        Ok(age) => age < interval,
+        Err(ahead) => ahead.duration() < interval.min(TOLERATED_SKEW),
     }
 }

@@ -529,6 +529,96 @@ fn sweep_interval_is_shared() {
     assert!(every.sweep().unwrap().full);
 }
 
+fn set_times(path: &Path, accessed: i64, modified: i64) {
+    let at = |secs: i64| std::time::UNIX_EPOCH + Duration::from_secs(secs as u64);
+    let times = std::fs::FileTimes::new()
+        .set_accessed(at(accessed))
+        .set_modified(at(modified));
+    File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_times(times)
+        .unwrap();
+}
+
+/// Another node's clock ahead stamped the sweep-cadence marker: a skew of a second keeps the
+/// cadence, a larger one does not hold sweeps off.
+#[test]
+fn a_sweep_marker_in_the_future_never_holds_sweeps_off() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "balayage_intervalle_min_ms = 60000");
+    assert!(store.sweep().unwrap().full);
+    let marker = d.path().join("files/.tmp/balayage");
+    let now = now_secs();
+    set_times(&marker, now, now + 1);
+    assert!(!store.sweep().unwrap().full, "a 1 s skew broke the cadence");
+    set_times(&marker, now, now + 3600);
+    assert!(
+        store.sweep().unwrap().full,
+        "a marker 1 h ahead held sweeps off"
+    );
+    // That sweep stamped this node's time.
+    let stamped = std::fs::metadata(&marker).unwrap().mtime();
+    assert!((stamped - now_secs()).abs() <= 1, "{stamped}");
+    assert!(!store.sweep().unwrap().full);
+}
+
+/// The deadline marker written by a node whose clock is ahead (scan time and deadline in the
+/// future): this node scans anyway, and removes what has expired by its own clock.
+#[test]
+fn a_deadline_marker_from_a_clock_ahead_does_not_hold_scans_off() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 10");
+    put(&store, "a", b"1");
+    assert!(store.sweep_now().unwrap().scanned);
+    let now = now_secs();
+    set_times(
+        &d.path().join("files/.tmp/echeance"),
+        now + 3600,
+        now + 7200,
+    );
+    set_mtime(&d.path().join("files/a"), 11);
+    let r = store.sweep_now().unwrap();
+    assert!(r.scanned, "{r:?}");
+    assert_eq!(r.removed_files, ["a"]);
+}
+
+/// Depot times and mtimes written by a node whose clock is ahead (negative ages): the file
+/// lives longer by the skew, never shorter; an orphan from the future is young.
+#[test]
+fn times_from_a_clock_ahead_never_expire_anything_early() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 10\nduree_max_depot_secondes = 100",
+    );
+    let files = d.path().join("files");
+    put(&store, "futur", b"data");
+    let ahead = now_secs() + 3600;
+    let path = files.join(".meta/futur.json");
+    let mut sc: Sidecar = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    sc.depot_timestamp = ahead;
+    std::fs::write(&path, serde_json::to_vec(&sc).unwrap()).unwrap();
+    set_times(&files.join("futur"), ahead, ahead);
+    std::fs::write(files.join("orphelin"), b"x").unwrap();
+    set_times(&files.join("orphelin"), ahead, ahead);
+    let r = store.sweep_full().unwrap();
+    assert!(
+        r.removed_files.is_empty() && r.removed_orphans.is_empty(),
+        "{r:?}"
+    );
+    let found = store.lookup(&Name::parse(b"futur").unwrap()).unwrap();
+    assert!(
+        found.is_some(),
+        "a file with a future depot time was not served"
+    );
+    assert!(files.join("orphelin").exists());
+    // The deadline marker does not hold scans off past what is stored now.
+    let marker = std::fs::metadata(files.join(".tmp/echeance")).unwrap();
+    assert!(marker.mtime() <= now_secs() + 10, "{}", marker.mtime());
+}
+
 #[test]
 fn a_removed_sweep_marker_is_not_read_through_the_kept_descriptor() {
     let d = tempfile::tempdir().unwrap();

@@ -55,6 +55,8 @@ pub fn warnings(dir: &Path) -> Vec<String> {
     let Some(existing) = nearest_existing(dir) else {
         return Vec::new();
     };
+    // `f_type` is an i64 here, a u32 or an i32 on other architectures.
+    #[allow(clippy::unnecessary_cast)]
     let magic = rustix::fs::statfs(&existing)
         .ok()
         .map(|s| s.f_type as i64 & 0xFFFF_FFFF);

@@ -162,6 +162,8 @@ impl Store {
             } else if has_birth {
                 // Birth time (start of the upload) ≤ depot_timestamp: a lower bound of the
                 // sidecar's age deadline, exact enough to rule most files out without reading it.
+                // Also of a mismatched pair's (its newer mtime + duree_max_depot_secondes, and
+                // birth ≤ mtime), so the deadline marker still wakes up to remove one.
                 Some(self.lifetimes.deadline(st.stx_btime.tv_sec, mtime))
             } else {
                 None // no birth time on this filesystem: the exact check reads the sidecar

@@ -20,6 +20,7 @@ pub mod log;
 pub mod mcp;
 mod metadata;
 pub mod names;
+pub mod network_fs;
 pub mod oauth;
 pub mod router;
 pub mod store;

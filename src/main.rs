@@ -83,6 +83,10 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
     for line in &lines {
         outln!("{line}");
     }
+    // A shared filesystem is allowed, with settings: warnings only, the status stays 0.
+    for warning in depot_fichiers::network_fs::warnings(&cfg.dossier_fichiers) {
+        eprintln!("depot-fichiers : attention : {warning}");
+    }
     if refused {
         eprintln!("depot-fichiers : dossier refusé (voir les lignes « # erreur » ci-dessus)");
         return ExitCode::from(1);

@@ -249,3 +249,44 @@ fn lock_markers_and_log_swapped_for_symlinks_leave_the_foreign_file_alone() {
             .contains("\"c.txt\"")
     );
 }
+
+/// A pair whose sidecar names another inode (a writer killed between its two renames, or what a
+/// node with a stale cache of a shared filesystem sees: the old file next to the new sidecar,
+/// issue 12) answers 404, and is not deleted on that sight by the download nor by the sweeps:
+/// only as an orphan, once both halves are older than `duree_max_depot_secondes`.
+#[test]
+fn a_mismatched_pair_answers_404_and_goes_only_once_older_than_the_age_limit() {
+    let a = Apache::with(
+        Mode::Fcgid,
+        &[
+            ("duree_max_depot_secondes", "3"),
+            ("duree_inactivite_secondes", "3"),
+            ("balayage_intervalle_min_ms", "0"),
+        ],
+    );
+    let s = &a.state;
+    let (_d, p) = local_file("paire.txt", b"ancienne version");
+    assert_eq!(upload(s, &p).status, 200, "{}", s.logs());
+    let sidecar = s.sidecar("paire.txt");
+    let mut sc: serde_json::Value = serde_json::from_slice(&fs::read(&sidecar).unwrap()).unwrap();
+    sc["inode"] = (sc["inode"].as_u64().unwrap() + 1).into();
+    fs::write(&sidecar, serde_json::to_vec(&sc).unwrap()).unwrap();
+    let file = s.files().join("paire.txt");
+
+    let r = curl(&[&download_url(s, "paire.txt")]);
+    assert_eq!(r.status, 404, "a mismatched pair was served: {}", r.text());
+    // Another request's full sweep (balayage_intervalle_min_ms = 0) leaves it too.
+    assert_eq!(curl(&[&download_url(s, "autre.txt")]).status, 404);
+    assert!(
+        file.exists() && sidecar.exists(),
+        "a young mismatched pair was deleted on sight"
+    );
+
+    std::thread::sleep(Duration::from_millis(4200));
+    assert_eq!(curl(&[&download_url(s, "autre.txt")]).status, 404);
+    assert!(
+        !file.exists() && !sidecar.exists(),
+        "an old mismatched pair was left"
+    );
+    assert_eq!(common::entries(&s.files()), [".meta", ".tmp"]);
+}

@@ -13,15 +13,17 @@ pub fn now_secs() -> i64 {
         .unwrap_or(0)
 }
 
-/// The verdict on one stored name, taken under the store lock.
+/// The verdict on one stored name: exact under the store lock (shared or exclusive), a hint
+/// to be checked again under the exclusive lock before any removal otherwise.
 #[derive(Debug, PartialEq)]
 pub(super) enum Verdict {
     /// File and sidecar agree and neither clock has run out before the given second.
     Live(i64),
-    /// Expired, or a pair that does not belong together (sidecar unreadable or of another size):
-    /// remove both now.
+    /// Expired, or an orphan older than `duree_max_depot_secondes`: remove both now.
     Remove,
-    /// Half a pair, younger than `duree_max_depot_secondes`: leave it until the given second.
+    /// Half a pair, or a pair that does not belong together (sidecar unreadable, of another
+    /// size or inode), younger than `duree_max_depot_secondes`: never served, left until the
+    /// given second.
     YoungOrphan(i64),
     /// Nothing there.
     Absent,
@@ -67,7 +69,8 @@ impl Lifetimes {
         mtime + self.max_age
     }
 
-    /// Orphans go once their mtime is older than `duree_max_depot_secondes` (contract §4).
+    /// Orphans go once their mtime is older than `duree_max_depot_secondes` (contract §4). An
+    /// mtime in the future (written by a node whose clock is ahead) is a negative age: young.
     pub fn orphan(&self, mtime: i64, now: i64) -> Verdict {
         if now - mtime > self.max_age {
             Verdict::Remove
@@ -76,21 +79,41 @@ impl Lifetimes {
         }
     }
 
-    /// The verdict on a whole pair: the file and what its sidecar holds (`None`: unreadable).
-    pub fn pair(&self, sidecar: Option<&Sidecar>, file: FileFacts, now: i64) -> Verdict {
+    /// The deadline of a whole, live pair: `Some` only when the sidecar belongs to the file and
+    /// neither clock has run out (what a download may serve).
+    pub fn live(&self, sidecar: &Sidecar, file: FileFacts, now: i64) -> Option<i64> {
+        let depot = sidecar.depot_timestamp;
+        (belongs(sidecar, file) && !self.expired(depot, file.mtime, now))
+            .then(|| self.deadline(depot, file.mtime))
+    }
+
+    /// The verdict on a whole pair: the file, what its sidecar holds (`None`: unreadable) and
+    /// the sidecar's own mtime.
+    pub fn pair(
+        &self,
+        sidecar: Option<&Sidecar>,
+        file: FileFacts,
+        sidecar_mtime: i64,
+        now: i64,
+    ) -> Verdict {
         match sidecar {
-            Some(sc) if sc.matches(file.size, file.ino) && file.is_file => {
-                if self.expired(sc.depot_timestamp, file.mtime, now) {
-                    Verdict::Remove
-                } else {
-                    Verdict::Live(self.deadline(sc.depot_timestamp, file.mtime))
-                }
-            }
-            // Unreadable sidecar, or the sidecar of another version (a writer killed between
-            // its two renames): never served, removed.
-            _ => Verdict::Remove,
+            Some(sc) if belongs(sc, file) => match self.live(sc, file, now) {
+                Some(deadline) => Verdict::Live(deadline),
+                None => Verdict::Remove,
+            },
+            // Unreadable sidecar, or the sidecar of another version: a writer killed between
+            // its two renames, or a stale cache of a shared filesystem showing the old file next
+            // to the new sidecar (issue 12: a node deleted fresh uploads on that sight). Never
+            // served, and removed only as an orphan, its age taken from the newer half: a
+            // fresh half of a pair is never taken away.
+            _ => self.orphan(file.mtime.max(sidecar_mtime), now),
         }
     }
+}
+
+/// Whether a sidecar was written for this file (a regular file of its size and inode).
+fn belongs(sidecar: &Sidecar, file: FileFacts) -> bool {
+    file.is_file && sidecar.matches(file.size, file.ino)
 }
 
 #[cfg(test)]
@@ -136,26 +159,31 @@ mod tests {
     fn a_live_pair_lives_until_its_deadline_and_not_one_second_more() {
         let sc = sidecar(1000, 3, Some(7));
         let f = file(3, 7, 1005);
-        assert_eq!(L.pair(Some(&sc), f, 1015), Verdict::Live(1015));
-        assert_eq!(L.pair(Some(&sc), f, 1016), Verdict::Remove);
+        assert_eq!(L.pair(Some(&sc), f, 1000, 1015), Verdict::Live(1015));
+        assert_eq!(L.live(&sc, f, 1015), Some(1015));
+        assert_eq!(L.pair(Some(&sc), f, 1000, 1016), Verdict::Remove);
+        assert_eq!(L.live(&sc, f, 1016), None);
     }
 
     #[test]
-    fn a_mismatched_or_unreadable_pair_is_removed_at_once() {
+    fn a_mismatched_or_unreadable_pair_is_never_live_and_waits_like_an_orphan() {
         let f = file(3, 7, 1000);
-        assert_eq!(L.pair(None, f, 1000), Verdict::Remove);
+        let young = Verdict::YoungOrphan(1100);
+        assert_eq!(L.pair(None, f, 1000, 1000), young);
         // Another size, another inode: the sidecar of another version.
-        assert_eq!(
-            L.pair(Some(&sidecar(1000, 4, Some(7))), f, 1000),
-            Verdict::Remove
-        );
-        assert_eq!(
-            L.pair(Some(&sidecar(1000, 3, Some(8))), f, 1000),
-            Verdict::Remove
-        );
+        let other_size = sidecar(1000, 4, Some(7));
+        let other_inode = sidecar(1000, 3, Some(8));
+        assert_eq!(L.pair(Some(&other_size), f, 1000, 1000), young);
+        assert_eq!(L.pair(Some(&other_inode), f, 1000, 1000), young);
+        assert_eq!(L.live(&other_size, f, 1000), None);
+        assert_eq!(L.live(&other_inode, f, 1000), None);
+        // Removed only once older than duree_max_depot_secondes.
+        assert_eq!(L.pair(Some(&other_inode), f, 1000, 1100), young);
+        assert_eq!(L.pair(Some(&other_inode), f, 1000, 1101), Verdict::Remove);
+        assert_eq!(L.pair(None, f, 1000, 1101), Verdict::Remove);
         // A sidecar older than the inode field is matched on the size alone.
         assert_eq!(
-            L.pair(Some(&sidecar(1000, 3, None)), f, 1000),
+            L.pair(Some(&sidecar(1000, 3, None)), f, 1000, 1000),
             Verdict::Live(1010)
         );
         // Not a regular file.
@@ -164,9 +192,43 @@ mod tests {
             ..f
         };
         assert_eq!(
-            L.pair(Some(&sidecar(1000, 3, Some(7))), dir, 1000),
+            L.pair(Some(&sidecar(1000, 3, Some(7))), dir, 1000, 1000),
+            young
+        );
+    }
+
+    #[test]
+    fn a_mismatched_pair_is_as_young_as_its_newer_half() {
+        // An old file next to a fresh sidecar (a stale view of a new upload), and the reverse.
+        let old_file = file(3, 7, 500);
+        let fresh_sidecar = sidecar(1000, 3, Some(8));
+        assert_eq!(
+            L.pair(Some(&fresh_sidecar), old_file, 1000, 1050),
+            Verdict::YoungOrphan(1100)
+        );
+        assert_eq!(
+            L.pair(Some(&fresh_sidecar), file(3, 7, 1000), 500, 1050),
+            Verdict::YoungOrphan(1100)
+        );
+        assert_eq!(
+            L.pair(Some(&fresh_sidecar), old_file, 1000, 1101),
             Verdict::Remove
         );
+    }
+
+    #[test]
+    fn times_in_the_future_never_bring_expiry_forward() {
+        // Another node's clock 50 s ahead wrote the depot time and the mtime: negative ages.
+        let sc = sidecar(1050, 3, Some(7));
+        let f = file(3, 7, 1050);
+        assert!(!L.expired(1050, 1050, 1000));
+        assert_eq!(L.pair(Some(&sc), f, 1050, 1000), Verdict::Live(1060));
+        // Expiry moves by the skew: 10 s of inactivity counted from the future mtime.
+        assert_eq!(L.pair(Some(&sc), f, 1050, 1060), Verdict::Live(1060));
+        assert_eq!(L.pair(Some(&sc), f, 1050, 1061), Verdict::Remove);
+        // Orphans and mismatched pairs with a future mtime are young.
+        assert_eq!(L.orphan(1050, 1000), Verdict::YoungOrphan(1150));
+        assert_eq!(L.pair(None, f, 1050, 1000), Verdict::YoungOrphan(1150));
     }
 
     #[test]

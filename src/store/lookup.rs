@@ -33,8 +33,9 @@ impl Found {
 }
 
 impl Store {
-    /// The file a request is about: `Ok(None)` when missing, without sidecar, or expired (an
-    /// expired file is deleted on the spot).
+    /// The file a request is about: `Ok(None)` when missing, without sidecar, mismatched, or
+    /// expired (an expired file, or an orphan older than `duree_max_depot_secondes`, is deleted
+    /// on the spot).
     pub fn lookup(&self, name: &Name) -> Result<Option<Found>, StoreError> {
         let lock = self.lock_shared()?;
         let now = now_secs();
@@ -43,34 +44,29 @@ impl Store {
             Err(e) if is_absent(&e) => None,
             Err(e) => return Err(StoreError::Io(e)),
         };
-        let sidecar = self.read_sidecar(name);
-        let found = match (file, sidecar) {
-            (Some(file), Some(sc)) => {
-                let m = file.metadata()?;
-                let facts = FileFacts {
+        if let (Some(file), Some(sc)) = (file, self.read_sidecar(name)) {
+            let m = file.metadata()?;
+            let facts = FileFacts {
+                size: m.len(),
+                ino: m.ino(),
+                mtime: m.mtime(),
+                is_file: m.is_file(),
+            };
+            if self.lifetimes.live(&sc, facts, now).is_some() {
+                return Ok(Some(Found {
                     size: m.len(),
                     ino: m.ino(),
-                    mtime: m.mtime(),
-                    is_file: m.is_file(),
-                };
-                if let Verdict::Live(_) = self.lifetimes.pair(Some(&sc), facts, now) {
-                    Some(Found {
-                        size: m.len(),
-                        ino: m.ino(),
-                        file,
-                        sidecar: sc,
-                    })
-                } else {
-                    None
-                }
+                    file,
+                    sidecar: sc,
+                }));
             }
-            _ => None,
-        };
-        if found.is_some() {
-            return Ok(found);
         }
-        // Not servable: if it is expired (or a broken pair), remove it now, re-checked under the
-        // exclusive lock so that a concurrent re-publication survives.
+        // Not servable. Only an expired pair or an old orphan is removed now, re-checked under
+        // the exclusive lock so that a concurrent re-publication survives; a mismatched pair or
+        // a young orphan is left for the sweep once it is old (never deleted on sight).
+        if self.observe(name, now).0 != Verdict::Remove {
+            return Ok(None);
+        }
         let lock = lock.upgrade()?;
         let (verdict, _, _) = self.verdict(name, now_secs(), &lock);
         if verdict == Verdict::Remove {
@@ -79,14 +75,22 @@ impl Store {
         Ok(None)
     }
 
-    /// The exact verdict on `name`, under the exclusive lock. Also says whether the sidecar and
-    /// the file were there.
+    /// The exact verdict on `name`, under the exclusive lock: what may be removed. Also says
+    /// whether the sidecar and the file were there.
     pub(super) fn verdict(
         &self,
         name: &Name,
         now: i64,
         _: &ExclusiveGuard,
     ) -> (Verdict, bool, bool) {
+        self.observe(name, now)
+    }
+
+    /// The verdict on `name` as the store shows it now (metadata calls and the sidecar read),
+    /// with whatever lock the caller holds, or none: without the exclusive lock it is a hint,
+    /// to be confirmed by [`Store::verdict`] before removing anything. Also says whether the
+    /// sidecar and the file were there.
+    pub(super) fn observe(&self, name: &Name, now: i64) -> (Verdict, bool, bool) {
         let nofollow = AtFlags::SYMLINK_NOFOLLOW;
         let file_meta = rustix::fs::statat(&self.root_fd, name.as_str(), nofollow).ok();
         let sidecar_name = name.sidecar_file_name();
@@ -95,7 +99,7 @@ impl Store {
             (None, None) => (Verdict::Absent, false, false),
             (Some(f), None) => (self.lifetimes.orphan(f.st_mtime, now), false, true),
             (None, Some(s)) => (self.lifetimes.orphan(s.st_mtime, now), true, false),
-            (Some(f), Some(_)) => {
+            (Some(f), Some(s)) => {
                 let facts = FileFacts {
                     size: f.st_size as u64,
                     ino: f.st_ino,
@@ -103,7 +107,8 @@ impl Store {
                     is_file: FileType::from_raw_mode(f.st_mode) == FileType::RegularFile,
                 };
                 let sc = self.read_sidecar(name);
-                (self.lifetimes.pair(sc.as_ref(), facts, now), true, true)
+                let verdict = self.lifetimes.pair(sc.as_ref(), facts, s.st_mtime, now);
+                (verdict, true, true)
             }
         }
     }

@@ -176,26 +176,106 @@ fn orphans_are_removed_once_old() {
     assert_eq!(names_in(&files), [".meta", ".tmp"]);
 }
 
-#[test]
-fn mismatched_pair_is_never_served_and_removed() {
-    let d = tempfile::tempdir().unwrap();
-    let (_, store) = test_store(d.path(), "");
-    put(&store, "v", b"old version");
-    // A writer killed between its two renames: new sidecar, old file.
+/// Replaces `name`'s sidecar with one written for another inode of the same size: what a
+/// writer killed between its two renames leaves, or what a node with a stale cache of a shared
+/// filesystem sees (the old file next to the new sidecar).
+fn mismatch(dir: &Path, name: &str) {
+    let path = dir.join("files").join(name);
+    let m = std::fs::metadata(&path).unwrap();
     let sc = Sidecar {
-        nom_original: "v".into(),
+        nom_original: name.into(),
         depot_timestamp: now_secs(),
-        taille_octets: 3,
-        inode: None,
+        taille_octets: m.len(),
+        inode: Some(m.ino() + 1),
         depot_nanosecondes: None,
     };
     std::fs::write(
-        d.path().join("files/.meta/v.json"),
+        dir.join(format!("files/.meta/{name}.json")),
         serde_json::to_vec(&sc).unwrap(),
     )
     .unwrap();
-    assert!(store.lookup(&Name::parse(b"v").unwrap()).unwrap().is_none());
-    assert!(!d.path().join("files/v").exists());
+}
+
+#[test]
+fn mismatched_pair_is_never_served_nor_removed_before_the_orphan_delay() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 10\nduree_max_depot_secondes = 100",
+    );
+    let files = d.path().join("files");
+    put(&store, "v", b"old version");
+    mismatch(d.path(), "v");
+    let name = Name::parse(b"v").unwrap();
+    let both = || files.join("v").exists() && files.join(".meta/v.json").exists();
+    // Never served, but not removed on that sight: neither by the lookup nor by a sweep.
+    assert!(store.lookup(&name).unwrap().is_none());
+    assert!(both(), "removed by the lookup");
+    let r = store.sweep_full().unwrap();
+    assert!(r.removed_files.is_empty() && r.removed_orphans.is_empty());
+    assert!(both(), "removed by the sweep");
+    // Its age is the newer half's: an old file next to a fresh sidecar stays.
+    set_mtime(&files.join("v"), 101);
+    store.sweep_full().unwrap();
+    assert!(store.lookup(&name).unwrap().is_none());
+    assert!(both(), "an old file next to a fresh sidecar was removed");
+    // Both halves older than duree_max_depot_secondes: removed by the next lookup or sweep.
+    set_mtime(&files.join(".meta/v.json"), 101);
+    assert!(store.lookup(&name).unwrap().is_none());
+    assert_eq!(names_in(&files), [".meta", ".tmp"]);
+    put(&store, "w", b"old version");
+    mismatch(d.path(), "w");
+    set_mtime(&files.join("w"), 101);
+    set_mtime(&files.join(".meta/w.json"), 101);
+    let r = store.sweep_full().unwrap();
+    assert_eq!(r.removed_files, ["w"]);
+    assert_eq!(names_in(&files), [".meta", ".tmp"]);
+    assert_eq!(names_in(&files.join(".meta")), Vec::<String>::new());
+}
+
+#[test]
+fn an_unreadable_sidecar_waits_for_the_orphan_delay_too() {
+    let d = tempfile::tempdir().unwrap();
+    // (Inactivity shorter than 101 s: where birth times exist, the sweep's first phase rules
+    // out a file whose mtime was set back by hand behind its birth only by its inactivity.)
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 10\nduree_max_depot_secondes = 100",
+    );
+    let files = d.path().join("files");
+    put(&store, "u", b"data");
+    std::fs::write(files.join(".meta/u.json"), b"{not json").unwrap();
+    let name = Name::parse(b"u").unwrap();
+    assert!(store.lookup(&name).unwrap().is_none());
+    store.sweep_full().unwrap();
+    assert!(files.join("u").exists() && files.join(".meta/u.json").exists());
+    set_mtime(&files.join("u"), 101);
+    set_mtime(&files.join(".meta/u.json"), 101);
+    store.sweep_full().unwrap();
+    assert_eq!(names_in(&files), [".meta", ".tmp"]);
+}
+
+#[test]
+fn the_deadline_marker_wakes_up_for_a_mismatched_pair() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 100\nduree_max_depot_secondes = 100",
+    );
+    let files = d.path().join("files");
+    put(&store, "v", b"old version");
+    mismatch(d.path(), "v");
+    // Both halves 99 s old: removable in 1 or 2 s, long before anything published now.
+    set_mtime(&files.join("v"), 99);
+    set_mtime(&files.join(".meta/v.json"), 99);
+    let r = store.sweep_now().unwrap();
+    assert!(r.scanned && r.removed_files.is_empty());
+    let marker = std::fs::metadata(files.join(".tmp/echeance")).unwrap();
+    assert!(marker.mtime() <= now_secs() + 1, "{}", marker.mtime());
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = store.sweep_now().unwrap();
+    assert!(r.scanned, "the deadline marker held the sweep off");
+    assert_eq!(r.removed_files, ["v"]);
 }
 
 #[test]
@@ -264,6 +344,72 @@ fn sweep_never_removes_a_publication_in_progress() {
     stop.store(true, Ordering::Relaxed);
     sweeper.join().unwrap();
     assert_eq!(failures, 0, "{failures} of {n} publications failed");
+}
+
+#[test]
+fn the_full_sweep_reads_the_store_without_the_lock() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "duree_max_depot_secondes = 100");
+    let files = d.path().join("files");
+    put(&store, "live", b"1");
+    put(&store, "v", b"old version");
+    mismatch(d.path(), "v");
+    std::fs::write(files.join(".meta/young-orphan.json"), b"{}").unwrap();
+    let mut writer = store.begin_upload().unwrap();
+    writer.write(b"in progress").unwrap();
+    // Another process holds the store lock (a publication, or a dead JuiceFS client's lock):
+    // a sweep with nothing to remove neither waits for it nor fails.
+    let held = store.lock_exclusive().unwrap();
+    let t = std::time::Instant::now();
+    let r = store.sweep_full().unwrap();
+    assert!(t.elapsed() < lock::LOCK_WAIT, "{:?}", t.elapsed());
+    assert!(r.scanned);
+    assert!(r.removed_files.is_empty() && r.removed_orphans.is_empty());
+    assert!(r.removed_temporaries.is_empty());
+    drop(held);
+    // Something to remove: the lock, one candidate at a time.
+    set_mtime(&files.join(".meta/young-orphan.json"), 101);
+    std::fs::write(files.join(".tmp/1-dead.part"), b"x").unwrap();
+    let r = store.sweep_full().unwrap();
+    assert_eq!(r.removed_orphans, ["young-orphan"]);
+    assert_eq!(r.removed_temporaries, ["1-dead.part"]);
+    writer.write(b" still fine").unwrap();
+    writer.publish(&store, &Name::parse(b"w").unwrap()).unwrap();
+    assert_eq!(names_in(&files), [".meta", ".tmp", "live", "v", "w"]);
+}
+
+#[test]
+fn the_sweep_checks_again_under_the_lock_before_removing() {
+    // An expired version replaced while the sweep reads the store without the lock: the new
+    // version is never removed.
+    let d = tempfile::tempdir().unwrap();
+    let cfg = "duree_inactivite_secondes = 5\nduree_max_depot_secondes = 100";
+    let (_, store) = test_store(d.path(), cfg);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (stop, root) = (stop.clone(), d.path().to_path_buf());
+        std::thread::spawn(move || {
+            let (_, store) = test_store(&root, cfg);
+            while !stop.load(Ordering::Relaxed) {
+                store.sweep_full().unwrap();
+            }
+        })
+    };
+    let name = Name::parse(b"x").unwrap();
+    let start = std::time::Instant::now();
+    let (mut lost, mut n) = (0, 0);
+    while start.elapsed() < Duration::from_secs(2) {
+        put(&store, "x", b"old");
+        set_mtime(&d.path().join("files/x"), 10);
+        put(&store, "x", b"new");
+        if store.lookup(&name).unwrap().is_none() {
+            lost += 1;
+        }
+        n += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    sweeper.join().unwrap();
+    assert_eq!(lost, 0, "{lost} of {n} fresh publications removed");
 }
 
 #[test]
@@ -381,6 +527,96 @@ fn sweep_interval_is_shared() {
     let (_, every) = test_store(d.path(), "balayage_intervalle_min_ms = 0");
     assert!(every.sweep().unwrap().full);
     assert!(every.sweep().unwrap().full);
+}
+
+fn set_times(path: &Path, accessed: i64, modified: i64) {
+    let at = |secs: i64| std::time::UNIX_EPOCH + Duration::from_secs(secs as u64);
+    let times = std::fs::FileTimes::new()
+        .set_accessed(at(accessed))
+        .set_modified(at(modified));
+    File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_times(times)
+        .unwrap();
+}
+
+/// Another node's clock ahead stamped the sweep-cadence marker: a skew of a second keeps the
+/// cadence, a larger one does not hold sweeps off.
+#[test]
+fn a_sweep_marker_in_the_future_never_holds_sweeps_off() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "balayage_intervalle_min_ms = 60000");
+    assert!(store.sweep().unwrap().full);
+    let marker = d.path().join("files/.tmp/balayage");
+    let now = now_secs();
+    set_times(&marker, now, now + 1);
+    assert!(!store.sweep().unwrap().full, "a 1 s skew broke the cadence");
+    set_times(&marker, now, now + 3600);
+    assert!(
+        store.sweep().unwrap().full,
+        "a marker 1 h ahead held sweeps off"
+    );
+    // That sweep stamped this node's time.
+    let stamped = std::fs::metadata(&marker).unwrap().mtime();
+    assert!((stamped - now_secs()).abs() <= 1, "{stamped}");
+    assert!(!store.sweep().unwrap().full);
+}
+
+/// The deadline marker written by a node whose clock is ahead (scan time and deadline in the
+/// future): this node scans anyway, and removes what has expired by its own clock.
+#[test]
+fn a_deadline_marker_from_a_clock_ahead_does_not_hold_scans_off() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 10");
+    put(&store, "a", b"1");
+    assert!(store.sweep_now().unwrap().scanned);
+    let now = now_secs();
+    set_times(
+        &d.path().join("files/.tmp/echeance"),
+        now + 3600,
+        now + 7200,
+    );
+    set_mtime(&d.path().join("files/a"), 11);
+    let r = store.sweep_now().unwrap();
+    assert!(r.scanned, "{r:?}");
+    assert_eq!(r.removed_files, ["a"]);
+}
+
+/// Depot times and mtimes written by a node whose clock is ahead (negative ages): the file
+/// lives longer by the skew, never shorter; an orphan from the future is young.
+#[test]
+fn times_from_a_clock_ahead_never_expire_anything_early() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 10\nduree_max_depot_secondes = 100",
+    );
+    let files = d.path().join("files");
+    put(&store, "futur", b"data");
+    let ahead = now_secs() + 3600;
+    let path = files.join(".meta/futur.json");
+    let mut sc: Sidecar = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    sc.depot_timestamp = ahead;
+    std::fs::write(&path, serde_json::to_vec(&sc).unwrap()).unwrap();
+    set_times(&files.join("futur"), ahead, ahead);
+    std::fs::write(files.join("orphelin"), b"x").unwrap();
+    set_times(&files.join("orphelin"), ahead, ahead);
+    let r = store.sweep_full().unwrap();
+    assert!(
+        r.removed_files.is_empty() && r.removed_orphans.is_empty(),
+        "{r:?}"
+    );
+    let found = store.lookup(&Name::parse(b"futur").unwrap()).unwrap();
+    assert!(
+        found.is_some(),
+        "a file with a future depot time was not served"
+    );
+    assert!(files.join("orphelin").exists());
+    // The deadline marker does not hold scans off past what is stored now.
+    let marker = std::fs::metadata(files.join(".tmp/echeance")).unwrap();
+    assert!(marker.mtime() <= now_secs() + 10, "{}", marker.mtime());
 }
 
 #[test]

@@ -145,7 +145,7 @@ impl JuiceFs {
         ]);
         assert!(out.status.success(), "juicefs format: {}", text(&out));
         for i in 0..clients {
-            jfs.mount(i);
+            jfs.mount(i, MOUNT_OPTIONS);
         }
         jfs
     }
@@ -168,13 +168,21 @@ impl JuiceFs {
         self.root.join(format!("log/node{i}.log"))
     }
 
-    fn mount(&mut self, i: usize) {
+    /// One more client of the volume, mounted with `options` instead of [`MOUNT_OPTIONS`]:
+    /// its index in [`JuiceFs::mounts`].
+    pub fn mount_with(&mut self, options: &[&str]) -> usize {
+        let i = self.mounts.len();
+        self.mount(i, options);
+        i
+    }
+
+    fn mount(&mut self, i: usize, options: &[&str]) {
         let path = self.root.join(format!("node{i}"));
         fs::create_dir_all(&path).unwrap();
         let cache = self.root.join(format!("cache{i}"));
         let mut c = Command::new(&self.juicefs);
         c.arg("mount")
-            .args(MOUNT_OPTIONS)
+            .args(options)
             .arg("--cache-dir")
             .arg(&cache)
             .arg("--metrics")

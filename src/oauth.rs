@@ -6,8 +6,9 @@
 //! where it becomes an HTTP answer (status, `WWW-Authenticate` challenge, `Retry-After`).
 //! Introspection results are never cached, the token is never logged in full ([`crate::log::redact`]).
 
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -29,6 +30,10 @@ const MAX_INTROSPECTION_BODY: u64 = 64 * 1024;
 
 /// How much of the raw introspection answer the debug log shows.
 const DEBUG_DUMP_CHARS: usize = 500;
+
+/// How long a resolved introspection host name is reused before it is looked up again: short,
+/// so that a DNS change reaches a long-lived process within seconds.
+const RESOLVE_CACHE_TTL: Duration = Duration::from_secs(10);
 
 /// `Retry-After` sent with a 503 when the authorization server cannot answer.
 pub const RETRY_AFTER_SECONDS: u32 = 5;
@@ -339,18 +344,83 @@ pub fn client_basic_auth(cfg: &Config) -> String {
 /// never a proxy. ureq's default configuration takes one from `ALL_PROXY`, `HTTPS_PROXY`,
 /// `HTTP_PROXY` (and lower-case); under CGI a client's `Proxy:` header arrives as `HTTP_PROXY`
 /// (httpoxy), which would hand the client secret to the caller and let it forge the answer.
+///
+/// The agent keeps its idle connections (HTTP/1.1 keep-alive) for the next calls of the process,
+/// and resolves the host with [`Resolver`], not ureq's default one.
 fn agent() -> &'static ureq::Agent {
     static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
     AGENT.get_or_init(|| {
-        ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .proxy(None)
             .max_redirects(0)
             .max_redirects_will_error(false)
             .http_status_as_error(false)
             .user_agent(concat!("depot-fichiers/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into()
+            .build();
+        ureq::Agent::with_parts(
+            config,
+            ureq::unversioned::transport::DefaultConnector::default(),
+            Resolver::default(),
+        )
     })
+}
+
+/// Name resolution for the introspection call. ureq's default resolver starts a thread for every
+/// lookup as soon as a timeout is set (to bound `getaddrinfo`), even for a literal IP address:
+/// a quarter of the CPU of an MCP call. This one answers a literal address at once and keeps a
+/// host name's addresses for [`RESOLVE_CACHE_TTL`]; a lookup (a miss) still goes through ureq's
+/// resolver, bounded by the call's timeout.
+#[derive(Debug, Default)]
+struct Resolver {
+    /// `host:port`, when it was resolved, and its addresses.
+    cache: Mutex<Option<(String, Instant, ResolvedAddrs)>>,
+}
+
+type ResolvedAddrs = ureq::unversioned::resolver::ResolvedSocketAddrs;
+
+impl ureq::unversioned::resolver::Resolver for Resolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ResolvedAddrs, ureq::Error> {
+        let default = ureq::unversioned::resolver::DefaultResolver::default();
+        let port = match uri.scheme_str() {
+            Some("http") => uri.port_u16().unwrap_or(80),
+            Some("https") => uri.port_u16().unwrap_or(443),
+            // Anything else: ureq's own checks and error.
+            _ => return default.resolve(uri, config, timeout),
+        };
+        let host = uri.host().unwrap_or("");
+        if let Ok(ip) = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+        {
+            let mut out = self.empty();
+            let wanted = std::iter::once(SocketAddr::new(ip, port));
+            for addr in config.ip_family().keep_wanted(wanted) {
+                out.push(addr);
+            }
+            return if out.is_empty() {
+                Err(ureq::Error::HostNotFound)
+            } else {
+                Ok(out)
+            };
+        }
+        let key = format!("{host}:{port}");
+        if let Some((k, at, addrs)) = &*self.cache.lock().unwrap_or_else(|e| e.into_inner())
+            && *k == key
+            && at.elapsed() < RESOLVE_CACHE_TTL
+        {
+            return Ok(addrs.clone());
+        }
+        let addrs = default.resolve(uri, config, timeout)?;
+        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((key, Instant::now(), addrs.clone()));
+        Ok(addrs)
+    }
 }
 
 /// The raw answer for the debug log: token-looking fields redacted, the presented token masked
@@ -711,5 +781,29 @@ oauth_client_secret = "s3cr3t:&=+ é"
         assert!(d.contains("abcd…") && d.contains("tok-…"));
         let long = format!("<html>{}</html>", "x".repeat(2000));
         assert_eq!(debug_dump(&long, "t0k").chars().count(), 501);
+    }
+
+    /// Literal addresses are answered without a lookup (no thread), with the scheme's port.
+    #[test]
+    fn resolver_literal_addresses() {
+        use ureq::unversioned::resolver::Resolver as _;
+        let r = Resolver::default();
+        let config = ureq::config::Config::default();
+        let resolve = |u: &str| {
+            let uri: ureq::http::Uri = u.parse().unwrap();
+            let t = ureq::unversioned::transport::NextTimeout::default();
+            r.resolve(&uri, &config, t).map(|a| a.to_vec())
+        };
+        let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(resolve("http://127.0.0.1:9/x").unwrap(), vec![v4]);
+        let v6: SocketAddr = "[::1]:443".parse().unwrap();
+        assert_eq!(resolve("https://[::1]/x").unwrap(), vec![v6]);
+        let http: SocketAddr = "10.0.0.2:80".parse().unwrap();
+        assert_eq!(resolve("http://10.0.0.2/x").unwrap(), vec![http]);
+        assert!(resolve("ftp://127.0.0.1/x").is_err());
+        assert!(r.cache.lock().unwrap().is_none(), "literals are not cached");
+        let local = resolve("http://localhost:9/x").unwrap();
+        assert!(local.iter().all(|a| a.ip().is_loopback() && a.port() == 9));
+        assert!(r.cache.lock().unwrap().is_some());
     }
 }

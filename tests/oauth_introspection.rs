@@ -120,6 +120,28 @@ fn against_a_real_introspection_server() {
     assert!(!text.contains(is::CLIENT_SECRET), "{text}");
 }
 
+/// A host name in `oauth_introspection_url` is resolved (and its addresses reused for a few
+/// seconds by the process); every call still reaches the server.
+#[test]
+fn host_name_introspection_url() {
+    let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
+    let url = server.url().replace("127.0.0.1", "localhost");
+    assert!(url.starts_with("http://localhost:"), "{url}");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &url, "");
+    let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+    let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
+    for _ in 0..3 {
+        let info = auth(is::TOK_ACTIVE).unwrap();
+        assert_eq!(info.client_id.as_deref(), Some("claude"));
+    }
+    assert!(matches!(
+        auth(is::TOK_INACTIVE),
+        Err(AuthError::InvalidToken(_))
+    ));
+    assert_eq!(server.recorded().len(), 4);
+}
+
 #[test]
 fn scope_required() {
     let server = IntrospectionServer::start("https://depot.example.org/mcp.php");

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -44,13 +45,17 @@ pub struct Published {
     pub sha256_hex: String,
 }
 
-/// An upload being written; dropping it unpublished removes the temporary file.
-pub struct Upload {
+/// An upload being written; dropping it unpublished removes the temporary files.
+pub struct Upload<'s> {
     file: Option<File>,
-    /// The store's `.tmp` (a duplicate of its descriptor), where `part` lives.
-    tmp_fd: OwnedFd,
+    /// The sidecar's temporary, created (and locked) with `file`, written at publication.
+    sidecar_file: Option<File>,
+    /// The store's `.tmp`, where `part` and `sidecar_part` live.
+    tmp_fd: &'s OwnedFd,
     /// The temporary's name in `.tmp`; empty once published.
     part: String,
+    /// The sidecar temporary's name in `.tmp`; empty once published.
+    sidecar_part: String,
     written: u64,
     hasher: Sha256,
     max_file: u64,
@@ -63,19 +68,24 @@ pub struct Upload {
 }
 
 impl Store {
-    /// Starts an upload into a temporary `.tmp/*.part` file (removed if the upload is dropped).
-    pub fn begin_upload(&self) -> Result<Upload, StoreError> {
+    /// Starts an upload into a temporary `.tmp/*.part` file, and creates its sidecar's temporary
+    /// `.tmp/*.meta.part` (both removed if the upload is dropped). Both are created and locked
+    /// under one hold of the shared store lock: a sweep probes `.part` locks under the exclusive
+    /// lock, so it can never catch either file between its creation and its lock.
+    pub fn begin_upload(&self) -> Result<Upload<'_>, StoreError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
+        static PID: OnceLock<u32> = OnceLock::new();
+        let pid = *PID.get_or_init(std::process::id);
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
         let lock = self.lock_shared()?;
-        let result = (|| -> io::Result<(File, String)> {
+        let data = (|| -> io::Result<(File, String)> {
             loop {
                 let nanos = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map(|d| d.as_nanos())
                     .unwrap_or(0);
                 let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-                let part = format!("{}-{nanos:x}-{n}{PART_SUFFIX}", std::process::id());
-                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
+                let part = format!("{pid}-{nanos:x}-{n}{PART_SUFFIX}");
                 match open_at(&self.tmp_fd, &part, flags) {
                     Ok(f) => {
                         f.lock()?;
@@ -86,12 +96,21 @@ impl Store {
                 }
             }
         })();
+        let (file, part) = data?;
+        let sidecar_part = format!("{}.meta{PART_SUFFIX}", part.trim_end_matches(PART_SUFFIX));
+        let sidecar =
+            open_at(&self.tmp_fd, &sidecar_part, flags).and_then(|f| f.lock().map(|()| f));
         drop(lock);
-        let (file, part) = result?;
+        let sidecar = sidecar.inspect_err(|_| {
+            // The sidecar temporary is not ours if it already existed: only the data one goes.
+            let _ = rustix::fs::unlinkat(&self.tmp_fd, part.as_str(), AtFlags::empty());
+        })?;
         Ok(Upload {
             file: Some(file),
-            tmp_fd: self.tmp_fd.try_clone()?,
+            sidecar_file: Some(sidecar),
+            tmp_fd: &self.tmp_fd,
             part,
+            sidecar_part,
             written: 0,
             hasher: Sha256::new(),
             max_file: self.max_file,
@@ -121,7 +140,7 @@ impl Store {
     }
 }
 
-impl Upload {
+impl Upload<'_> {
     /// Appends bytes (→ `TooLarge` beyond the limit). Once the store is known to be unable to
     /// take the file (ENOSPC, or beyond the capacity), the bytes are only counted and
     /// [`Upload::publish`] answers `Full`.
@@ -179,19 +198,15 @@ impl Upload {
                 .ok()
                 .map(|d| d.subsec_nanos()),
         };
-        // The sidecar is written under its own temporary name, then renamed too.
-        let sc_part = format!(
-            "{}.meta{PART_SUFFIX}",
-            self.part.trim_end_matches(PART_SUFFIX)
-        );
-        let result = self.write_sidecar_and_rename(store, name, &sidecar, &sc_part);
-        if let Err(e) = result {
-            let _ = rustix::fs::unlinkat(&self.tmp_fd, &sc_part, AtFlags::empty());
-            // `self` drops here and removes the data `.part`.
-            return Err(e);
-        }
+        // The sidecar is written under its own temporary name, then renamed too. Held (open,
+        // hence locked) until the end of the renames, like the data file: the sweep leaves it
+        // alone while we live.
+        let sc = self.sidecar_file.take().expect("upload already published");
+        // On an error, `self` drops and removes both temporaries.
+        self.write_sidecar_and_rename(store, name, &sidecar, sc)?;
         // The renames are done: nothing left to clean up.
         self.part.clear();
+        self.sidecar_part.clear();
         drop(file);
         for dir in [&store.root_fd, &store.meta_fd] {
             let _ = rustix::fs::fsync(dir);
@@ -203,29 +218,16 @@ impl Upload {
         })
     }
 
-    /// Writes the sidecar into `.tmp/<sc_part>`, then, under the exclusive store lock, checks
-    /// the capacity and renames the sidecar, then the file, into place.
+    /// Writes the sidecar into its temporary `sc` (`.tmp/<sidecar_part>`), then, under the
+    /// exclusive store lock, checks the capacity and renames the sidecar, then the file, into
+    /// place; `sc` is closed (unlocked) after the renames.
     fn write_sidecar_and_rename(
         &self,
         store: &Store,
         name: &Name,
         sidecar: &Sidecar,
-        sc_part: &str,
+        mut sc: File,
     ) -> Result<(), StoreError> {
-        // Created and locked under the shared store lock, like the data file (see
-        // `begin_upload`): a sweep probes `.part` locks under the exclusive lock, so it can
-        // never catch this file between its creation and its lock.
-        let store_lock = store.lock_shared()?;
-        let created = open_at(
-            &self.tmp_fd,
-            sc_part,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
-        )
-        .and_then(|f| f.lock().map(|()| f));
-        drop(store_lock);
-        // Held (open, hence locked) until the end of the renames, like the data file: the
-        // sweep leaves it alone while we live.
-        let mut sc = created?;
         sc.write_all(&serde_json::to_vec(sidecar).expect("sidecar serialises"))?;
         sc.sync_all()?;
         let _lock = store.lock_exclusive()?;
@@ -240,18 +242,20 @@ impl Upload {
         }
         pause_point("avant-renommage");
         let sc_name = name.sidecar_file_name();
-        rustix::fs::renameat(&self.tmp_fd, sc_part, &store.meta_fd, &sc_name)?;
+        rustix::fs::renameat(self.tmp_fd, &self.sidecar_part, &store.meta_fd, &sc_name)?;
         pause_point("entre-renommages");
-        rustix::fs::renameat(&self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
+        rustix::fs::renameat(self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
         pause_point("apres-renommage");
         Ok(())
     }
 }
 
-impl Drop for Upload {
+impl Drop for Upload<'_> {
     fn drop(&mut self) {
-        if !self.part.is_empty() {
-            let _ = rustix::fs::unlinkat(&self.tmp_fd, &self.part, AtFlags::empty());
+        for part in [&self.part, &self.sidecar_part] {
+            if !part.is_empty() {
+                let _ = rustix::fs::unlinkat(self.tmp_fd, part.as_str(), AtFlags::empty());
+            }
         }
     }
 }

@@ -284,11 +284,14 @@ fn dropped_upload_leaves_nothing() {
     let (_, store) = test_store(d.path(), "");
     let mut up = store.begin_upload().unwrap();
     up.write(b"partial").unwrap();
+    // The data temporary and the sidecar's, created together.
+    let parts: Vec<String> = names_in(&d.path().join("files/.tmp"))
+        .into_iter()
+        .filter(|n| n.ends_with(".part"))
+        .collect();
+    assert_eq!(parts.len(), 2, "{parts:?}");
     assert_eq!(
-        names_in(&d.path().join("files/.tmp"))
-            .iter()
-            .filter(|n| n.ends_with(".part"))
-            .count(),
+        parts.iter().filter(|n| n.ends_with(".meta.part")).count(),
         1
     );
     drop(up);
@@ -454,7 +457,7 @@ fn the_size_limit_comes_before_the_capacity() {
     up.write(&[0; 8]).unwrap(); // over the capacity: no longer written
     let part = names_in(&d.path().join("files/.tmp"))
         .into_iter()
-        .find(|n| n.ends_with(".part"))
+        .find(|n| n.ends_with(".part") && !n.ends_with(".meta.part"))
         .unwrap();
     assert_eq!(
         std::fs::metadata(d.path().join("files/.tmp").join(part))

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Handler;
 use super::record::{self, DecodeError};
-use crate::http::{Body, Request, Response, write_response};
+use crate::http::{Body, Params, Request, Response, write_response};
 
 /// Largest total size of a request's PARAMS stream; above it the request is refused.
 pub const MAX_PARAMS_LEN: usize = 1 << 20;
@@ -283,9 +283,10 @@ impl StdoutSink {
         s
     }
 
+    /// Starts the next record with a header placeholder. No room is reserved ahead: the buffer
+    /// grows with what is written (a small response takes a small allocation, not 64 KiB per
+    /// record; `buf` was created empty, so what `split` leaves never asks for more than needed).
     fn start_record(&mut self) {
-        self.buf
-            .reserve(record::HEADER_LEN + record::MAX_CONTENT_LEN);
         self.buf.extend_from_slice(&[0; record::HEADER_LEN]);
     }
 
@@ -846,10 +847,7 @@ async fn on_record<W: AsyncWrite + Unpin>(
                 return Ok(Next::Continue);
             }
             let raw = a.params.take().unwrap_or_default();
-            let params = record::parse_name_values(&raw, MAX_PARAMS_LEN)?
-                .into_iter()
-                .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), v.to_vec()))
-                .collect();
+            let params = Params::from_fastcgi(raw, MAX_PARAMS_LEN)?;
             let (tx, body) = Body::channel();
             a.body_tx = Some(tx);
             a.handler = Some(handler(Request { params, body }));

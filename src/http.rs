@@ -454,11 +454,14 @@ pub const FILE_CHUNK: usize = 64 * 1024 - 8;
 pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) -> io::Result<()> {
     let mut head = format!("Status: {} {}\r\n", resp.status, reason_phrase(resp.status));
     for (n, v) in &resp.headers {
-        // Header values are built by this program; strip CR/LF all the same (defence in depth).
-        let v: String = v.chars().filter(|c| *c != '\r' && *c != '\n').collect();
         head.push_str(n);
         head.push_str(": ");
-        head.push_str(&v);
+        // Header values are built by this program; strip CR/LF all the same (defence in depth).
+        if v.contains(['\r', '\n']) {
+            head.extend(v.chars().filter(|c| *c != '\r' && *c != '\n'));
+        } else {
+            head.push_str(v);
+        }
         head.push_str("\r\n");
     }
     match resp.body {

@@ -507,6 +507,12 @@ where
     let mut idle_since = Some(Instant::now());
     let mut served = false;
     let mut receiving: Option<Receiving> = None;
+    // One timer for the connection, moved only when the deadline changes: a timer created per
+    // turn of the loop was registered and removed again several times per request.
+    let first = Instant::now() + deadlines.first_record;
+    let timer = tokio::time::sleep_until(first.into());
+    tokio::pin!(timer);
+    let mut armed = first;
 
     loop {
         let idle = active.is_none();
@@ -536,6 +542,12 @@ where
             (None, Some(r)) if can_read => Some(r.deadline),
             _ => None,
         };
+        if let Some(d) = deadline
+            && d != armed
+        {
+            timer.as_mut().reset(d.into());
+            armed = d;
+        }
         let (handler_fut, body_tx, writing, out_rx) = match active.as_mut() {
             Some(a) => (
                 a.handler.as_mut(),
@@ -554,7 +566,7 @@ where
             resp = poll_opt(handler_fut) => Event::HandlerDone(resp),
             () = poll_opt(writing) => Event::WriteDone,
             () = shutdown_requested(&mut shutdown), if idle => Event::Shutdown,
-            () = sleep_until_opt(deadline) => Event::Deadline,
+            () = &mut timer, if deadline.is_some() => Event::Deadline,
         };
 
         let next = match event {
@@ -698,14 +710,6 @@ async fn write_all<W: AsyncWrite + Unpin>(
     tokio::time::timeout(stall, w.flush())
         .await
         .map_err(|_| timed_out())?
-}
-
-/// Resolves at `deadline`, never when there is none.
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
-        None => pending().await,
-    }
 }
 
 /// The receive credit of the request in progress (see [`Deadlines::receive_grace`]).

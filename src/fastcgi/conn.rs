@@ -34,6 +34,8 @@ pub const MAX_PARAMS_LEN: usize = 1 << 20;
 const READ_CHUNK: usize = 64 * 1024 + 2 * record::HEADER_LEN;
 /// STDOUT records waiting between the response writer and the socket.
 const OUT_CHANNEL_DEPTH: usize = 2;
+/// Records up to this size are written together with the record before them.
+const SMALL_RECORD: usize = 64;
 /// How long a connection closed on an error keeps reading (and discarding) what the peer still
 /// sends, so that the last records we wrote are not lost to a TCP reset.
 const LINGER: Duration = Duration::from_secs(1);
@@ -507,12 +509,6 @@ where
     let mut idle_since = Some(Instant::now());
     let mut served = false;
     let mut receiving: Option<Receiving> = None;
-    // One timer for the connection, moved only when the deadline changes: a timer created per
-    // turn of the loop was registered and removed again several times per request.
-    let first = Instant::now() + deadlines.first_record;
-    let timer = tokio::time::sleep_until(first.into());
-    tokio::pin!(timer);
-    let mut armed = first;
 
     loop {
         let idle = active.is_none();
@@ -542,12 +538,6 @@ where
             (None, Some(r)) if can_read => Some(r.deadline),
             _ => None,
         };
-        if let Some(d) = deadline
-            && d != armed
-        {
-            timer.as_mut().reset(d.into());
-            armed = d;
-        }
         let (handler_fut, body_tx, writing, out_rx) = match active.as_mut() {
             Some(a) => (
                 a.handler.as_mut(),
@@ -566,7 +556,7 @@ where
             resp = poll_opt(handler_fut) => Event::HandlerDone(resp),
             () = poll_opt(writing) => Event::WriteDone,
             () = shutdown_requested(&mut shutdown), if idle => Event::Shutdown,
-            () = &mut timer, if deadline.is_some() => Event::Deadline,
+            () = sleep_until_opt(deadline) => Event::Deadline,
         };
 
         let next = match event {
@@ -624,7 +614,24 @@ where
                 Next::Continue
             }
             Event::Out(Some(rec)) => {
-                if let Err(e) = write_all(&mut writer, &rec, stall).await {
+                // A small record queued right behind this one (the end of STDOUT and END_REQUEST
+                // after the last data record) goes out in the same write: the web server reads
+                // the whole end of the response at once instead of waking up twice.
+                let next = active
+                    .as_mut()
+                    .and_then(|a| a.out_rx.as_mut())
+                    .and_then(|rx| rx.try_recv().ok());
+                let written = match next {
+                    Some(next) if next.len() <= SMALL_RECORD => {
+                        write_all_buf(&mut writer, rec.chain(next), stall).await
+                    }
+                    Some(next) => match write_all(&mut writer, &rec, stall).await {
+                        Ok(()) => write_all(&mut writer, &next, stall).await,
+                        Err(e) => Err(e),
+                    },
+                    None => write_all(&mut writer, &rec, stall).await,
+                };
+                if let Err(e) = written {
                     return peer_io(e);
                 }
                 Next::Continue
@@ -710,6 +717,33 @@ async fn write_all<W: AsyncWrite + Unpin>(
     tokio::time::timeout(stall, w.flush())
         .await
         .map_err(|_| timed_out())?
+}
+
+/// Writes `buf` (vectored when the socket supports it), within the same `stall` bound as
+/// [`write_all`]; used for small sums of records only.
+async fn write_all_buf<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut buf: impl Buf,
+    stall: Duration,
+) -> io::Result<()> {
+    let timed_out = || io::Error::from(io::ErrorKind::TimedOut);
+    tokio::time::timeout(stall, w.write_all_buf(&mut buf))
+        .await
+        .map_err(|_| timed_out())??;
+    tokio::time::timeout(stall, w.flush())
+        .await
+        .map_err(|_| timed_out())?
+}
+
+/// Resolves at `deadline`, never when there is none. Built anew on every turn of the connection
+/// loop, which costs less than moving one timer: a `Sleep` joins the timer wheel only when it is
+/// polled, i.e. only when nothing else was ready (the common path never registers a timer), while
+/// `Sleep::reset` registers it at once and wakes the driver (one more system call per request).
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => pending().await,
+    }
 }
 
 /// The receive credit of the request in progress (see [`Deadlines::receive_grace`]).

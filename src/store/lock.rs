@@ -11,42 +11,17 @@
 
 use std::fs::{File, TryLockError};
 use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{LOCK_FILE, Store};
 
-/// The lock file's descriptor between two acquisitions: taken by one guard at a time, so two
-/// guards alive at once in a process always hold two open file descriptions (flock locks belong
-/// to the description) and exclude each other like two processes.
-pub(super) type SpareLockFile = Arc<Mutex<Option<File>>>;
-
-/// An flock held on its own open file description, released on drop; the descriptor then goes
-/// back to the store's spare slot, for the next acquisition (one `openat` and one `close` less
-/// per request).
-struct Held {
-    /// Always `Some` until dropped.
-    file: Option<File>,
-    spare: SpareLockFile,
-}
-
-impl Held {
-    fn file(&self) -> &File {
-        self.file.as_ref().expect("a held lock has its file")
-    }
-}
+/// An flock held on its own open file description, released on drop.
+struct Held(File);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let Some(file) = self.file.take() else { return };
-        // Closing the descriptor would release it too; one that cannot be unlocked is closed.
-        if file.unlock().is_ok() {
-            let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
-            if spare.is_none() {
-                *spare = Some(file);
-            }
-        }
+        // Closing the descriptor would release it too; unlocking first makes it explicit.
+        let _ = self.0.unlock();
     }
 }
 
@@ -138,42 +113,22 @@ fn acquire(file: &File, kind: Kind) -> io::Result<()> {
 }
 
 impl Store {
-    /// Takes the store lock: on the spare descriptor kept from an earlier acquisition when there
-    /// is one and its file still has a name, else on the lock file opened anew (created on first
-    /// use). A kept descriptor whose file was removed or replaced would lock a file nobody else
-    /// opens: it is closed and the lock taken on the file the name now gives.
-    fn locked(&self, kind: Kind) -> io::Result<Held> {
-        let spare = self
-            .lock_spare
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(file) = spare {
-            acquire(&file, kind)?;
-            if file.metadata()?.nlink() > 0 {
-                return Ok(self.held(file));
-            }
-        }
-        let file = self.open_tmp_file(LOCK_FILE)?;
-        acquire(&file, kind)?;
-        Ok(self.held(file))
-    }
-
-    fn held(&self, file: File) -> Held {
-        Held {
-            file: Some(file),
-            spare: self.lock_spare.clone(),
-        }
+    /// Opens the store lock file (created on first use). Every call is a new open file
+    /// description, so two requests of one process exclude each other like two processes.
+    fn lock_file(&self) -> io::Result<File> {
+        self.open_tmp_file(LOCK_FILE)
     }
 
     pub(super) fn lock_shared(&self) -> io::Result<SharedGuard> {
-        Ok(SharedGuard(self.locked(Kind::Shared)?))
+        let file = self.lock_file()?;
+        acquire(&file, Kind::Shared)?;
+        Ok(SharedGuard(Held(file)))
     }
 
     pub(super) fn lock_exclusive(&self) -> io::Result<ExclusiveGuard> {
-        Ok(ExclusiveGuard {
-            _held: self.locked(Kind::Exclusive)?,
-        })
+        let file = self.lock_file()?;
+        acquire(&file, Kind::Exclusive)?;
+        Ok(ExclusiveGuard { _held: Held(file) })
     }
 }
 
@@ -183,8 +138,8 @@ impl SharedGuard {
     /// checked again.
     pub(super) fn upgrade(self) -> io::Result<ExclusiveGuard> {
         let held = self.0;
-        held.file().unlock()?;
-        acquire(held.file(), Kind::Exclusive)?;
+        held.0.unlock()?;
+        acquire(&held.0, Kind::Exclusive)?;
         Ok(ExclusiveGuard { _held: held })
     }
 }

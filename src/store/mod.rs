@@ -161,8 +161,6 @@ pub struct Store {
     /// The sweep-cadence marker kept open between requests, only to read its mtime (`fstat`);
     /// locking and stamping it go through a descriptor opened anew (see [`Store::sweep`]).
     sweep_marker: std::sync::Mutex<Option<File>>,
-    /// The store lock file's descriptor kept between requests (see `lock.rs`).
-    lock_spare: lock::SpareLockFile,
 }
 
 impl Store {
@@ -189,7 +187,6 @@ impl Store {
             max_file: cfg.taille_max_fichier_octets,
             capacity: cfg.taille_max_totale_octets,
             sweep_marker: std::sync::Mutex::new(None),
-            lock_spare: Default::default(),
         })
     }
 

@@ -394,38 +394,3 @@ fn a_removed_sweep_marker_is_not_read_through_the_kept_descriptor() {
     assert!(store.sweep().unwrap().full);
     assert!(!store.sweep().unwrap().full);
 }
-
-#[test]
-fn the_kept_lock_descriptor_excludes_like_a_fresh_one_and_follows_a_removed_lock_file() {
-    let d = tempfile::tempdir().unwrap();
-    let (_, store) = test_store(d.path(), "");
-    let lock_path = d.path().join("files/.tmp/verrou");
-    let other = || {
-        File::options()
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .unwrap()
-    };
-    // Two guards at once in one process: two descriptions, which exclude each other.
-    let shared = store.lock_shared().unwrap();
-    assert!(store.lock_shared().is_ok());
-    assert!(matches!(
-        other().try_lock(),
-        Err(std::fs::TryLockError::WouldBlock)
-    ));
-    drop(shared);
-    // The descriptor kept after the guard is unlocked: another process may take the lock.
-    other().try_lock().unwrap();
-    // The lock file removed while its descriptor is kept: the next lock is taken on the file the
-    // name now gives, the one other processes open.
-    std::fs::remove_file(&lock_path).unwrap();
-    let exclusive = store.lock_exclusive().unwrap();
-    assert!(lock_path.exists());
-    assert!(matches!(
-        other().try_lock_shared(),
-        Err(std::fs::TryLockError::WouldBlock)
-    ));
-    drop(exclusive);
-    other().try_lock().unwrap();
-}

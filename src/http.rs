@@ -5,7 +5,6 @@
 //! output format (`Status:` line, headers, blank line, body) on any `AsyncWrite`; the FastCGI layer
 //! wraps that writer in STDOUT records, the CGI layer writes it to stdout.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::pin::Pin;
@@ -18,48 +17,94 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 /// CGI/FastCGI parameters (`REQUEST_METHOD`, `HTTP_AUTHORIZATION`, …), values kept as raw bytes.
+///
+/// Stored as one byte buffer (for FastCGI, the PARAMS stream itself, not copied) and the offsets of
+/// each name and value: a request reads a handful of its ≈ 30 parameters, a linear search over
+/// them costs less than building a hash map of owned strings. A name given twice: the last value
+/// wins, as with a map.
 #[derive(Debug, Default, Clone)]
-pub struct Params(HashMap<String, Vec<u8>>);
+pub struct Params {
+    data: Vec<u8>,
+    /// `(name start, name end = value start, value end)` in `data`.
+    entries: Vec<(usize, usize, usize)>,
+}
 
 impl Params {
     /// No parameters.
     pub fn new() -> Self {
-        Self(HashMap::new())
+        Self::default()
+    }
+
+    /// The parameters of a FastCGI PARAMS stream (name-value pairs, each name and value at most
+    /// `max_len` bytes), kept in `raw` itself.
+    pub fn from_fastcgi(
+        raw: Vec<u8>,
+        max_len: usize,
+    ) -> Result<Self, crate::fastcgi::record::DecodeError> {
+        let base = raw.as_ptr() as usize;
+        let entries = crate::fastcgi::record::parse_name_values(&raw, max_len)?
+            .into_iter()
+            .map(|(n, v)| {
+                let start = n.as_ptr() as usize - base;
+                let mid = start + n.len();
+                (start, mid, mid + v.len())
+            })
+            .collect();
+        Ok(Params { data: raw, entries })
     }
 
     /// Sets one parameter.
     pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) {
-        self.0.insert(name.into(), value.into());
+        let start = self.data.len();
+        self.data.extend_from_slice(name.into().as_bytes());
+        let mid = self.data.len();
+        self.data.extend_from_slice(&value.into());
+        self.entries.push((start, mid, self.data.len()));
+    }
+
+    /// The raw value of the last parameter whose name satisfies `matches`.
+    fn find(&self, matches: impl Fn(&[u8]) -> bool) -> Option<&[u8]> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|&&(a, b, _)| matches(&self.data[a..b]))
+            .map(|&(_, b, c)| &self.data[b..c])
     }
 
     /// The value as UTF-8 text, `None` when absent or not UTF-8.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).and_then(|v| std::str::from_utf8(v).ok())
+        self.get_bytes(name)
+            .and_then(|v| std::str::from_utf8(v).ok())
     }
 
     /// The raw value.
     pub fn get_bytes(&self, name: &str) -> Option<&[u8]> {
-        self.0.get(name).map(|v| v.as_slice())
+        self.find(|n| n == name.as_bytes())
     }
 
-    /// Number of parameters.
+    /// Number of parameters (a name given twice counts once).
     pub fn len(&self) -> usize {
-        self.0.len()
+        let name = |&(a, b, _): &(usize, usize, usize)| &self.data[a..b];
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| !self.entries[i + 1..].iter().any(|l| name(l) == name(e)))
+            .count()
     }
 
     /// Whether there is no parameter.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.entries.is_empty()
     }
 }
 
 impl<K: Into<String>, V: Into<Vec<u8>>> FromIterator<(K, V)> for Params {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        Self(
-            iter.into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        )
+        let mut params = Params::new();
+        for (k, v) in iter {
+            params.insert(k, v);
+        }
+        params
     }
 }
 
@@ -164,11 +209,14 @@ impl Request {
     /// An HTTP request header, by its HTTP name (`Authorization`, `Origin`, `MCP-Protocol-Version`).
     /// An empty value counts as absent (a mod_rewrite `[E=HTTP_AUTHORIZATION:…]` sets it empty).
     pub fn header(&self, name: &str) -> Option<&str> {
-        let key = cgi_header_name(name);
-        let v = self.params.get(&key).or_else(|| {
-            // `FcgidPassHeader Authorization` passes the raw name too.
-            self.params.get(name)
-        })?;
+        let v = self
+            .params
+            .find(|n| is_cgi_header_name(n, name))
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .or_else(|| {
+                // `FcgidPassHeader Authorization` passes the raw name too.
+                self.params.get(name)
+            })?;
         if v.is_empty() { None } else { Some(v) }
     }
 
@@ -178,12 +226,24 @@ impl Request {
     }
 }
 
-/// `Content-Type` → `CONTENT_TYPE`, `Authorization` → `HTTP_AUTHORIZATION`.
-fn cgi_header_name(name: &str) -> String {
-    let upper = name.to_ascii_uppercase().replace('-', "_");
-    match upper.as_str() {
-        "CONTENT_TYPE" | "CONTENT_LENGTH" => upper,
-        _ => format!("HTTP_{upper}"),
+/// Is `param` the CGI name of the HTTP header `name`? `Content-Type` → `CONTENT_TYPE`,
+/// `Authorization` → `HTTP_AUTHORIZATION` (upper case, `-` as `_`). Compared in place: no string
+/// is built per lookup.
+fn is_cgi_header_name(param: &[u8], name: &str) -> bool {
+    let converted = |p: &[u8]| {
+        p.len() == name.len()
+            && p.iter().zip(name.bytes()).all(|(&p, c)| {
+                p == if c == b'-' {
+                    b'_'
+                } else {
+                    c.to_ascii_uppercase()
+                }
+            })
+    };
+    if converted(b"CONTENT_TYPE") || converted(b"CONTENT_LENGTH") {
+        converted(param)
+    } else {
+        param.strip_prefix(b"HTTP_").is_some_and(converted)
     }
 }
 
@@ -394,11 +454,14 @@ pub const FILE_CHUNK: usize = 64 * 1024 - 8;
 pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) -> io::Result<()> {
     let mut head = format!("Status: {} {}\r\n", resp.status, reason_phrase(resp.status));
     for (n, v) in &resp.headers {
-        // Header values are built by this program; strip CR/LF all the same (defence in depth).
-        let v: String = v.chars().filter(|c| *c != '\r' && *c != '\n').collect();
         head.push_str(n);
         head.push_str(": ");
-        head.push_str(&v);
+        // Header values are built by this program; strip CR/LF all the same (defence in depth).
+        if v.contains(['\r', '\n']) {
+            head.extend(v.chars().filter(|c| *c != '\r' && *c != '\n'));
+        } else {
+            head.push_str(v);
+        }
         head.push_str("\r\n");
     }
     match resp.body {
@@ -466,7 +529,8 @@ async fn send_file_range<W: AsyncWrite + Unpin>(
     out: &mut W,
 ) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; FILE_CHUNK];
+    // Sized for this file: a small download does not allocate and zero a whole chunk.
+    let mut buf = vec![0u8; len.min(FILE_CHUNK as u64) as usize];
     let mut left = len;
     while left > 0 {
         let want = left.min(buf.len() as u64) as usize;
@@ -509,6 +573,44 @@ mod tests {
         };
         assert_eq!(req.header("Authorization"), None);
         assert_eq!(req.header("content-type"), Some("x/y"));
+    }
+
+    #[test]
+    fn params_lookup_by_name_and_by_header() {
+        let mut raw = Vec::new();
+        for (n, v) in [
+            ("REQUEST_METHOD", "GET"),
+            ("HTTP_IF_RANGE", "\"e\""),
+            ("CONTENT_LENGTH", "12"),
+            ("Authorization", "Bearer brut"),
+            ("REQUEST_METHOD", "HEAD"),
+            ("HTTP_X", "\u{e9}"),
+        ] {
+            crate::fastcgi::record::encode_name_value(n.as_bytes(), v.as_bytes(), &mut raw);
+        }
+        crate::fastcgi::record::encode_name_value(b"HTTP_BAD", b"\xff", &mut raw);
+        let params = Params::from_fastcgi(raw, 1 << 20).unwrap();
+        // A name given twice: the last value, counted once, as with a map.
+        assert_eq!(params.get("REQUEST_METHOD"), Some("HEAD"));
+        assert_eq!(params.len(), 6);
+        assert_eq!(params.get("HTTP_X"), Some("\u{e9}"));
+        assert_eq!(params.get("HTTP_BAD"), None);
+        assert_eq!(params.get_bytes("HTTP_BAD"), Some(&b"\xff"[..]));
+        assert_eq!(params.get("request_method"), None);
+        let req = Request {
+            params,
+            body: Body::empty(),
+        };
+        assert_eq!(req.header("If-Range"), Some("\"e\""));
+        assert_eq!(req.header("if-range"), Some("\"e\""));
+        assert_eq!(req.header("If_Range"), Some("\"e\""));
+        assert_eq!(req.header("Content-Length"), Some("12"));
+        assert_eq!(req.header("Range"), None);
+        // `FcgidPassHeader Authorization`: the raw name is found too.
+        assert_eq!(req.header("Authorization"), Some("Bearer brut"));
+        assert_eq!(req.header("X"), Some("\u{e9}"));
+        assert_eq!(req.header("Bad"), None);
+        assert!(Params::from_fastcgi(vec![5, 0, b'a'], 1 << 20).is_err());
     }
 
     #[tokio::test]

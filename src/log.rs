@@ -37,6 +37,8 @@ pub struct Log {
     keep: u32,
     /// The file as last opened, kept between lines.
     live: Mutex<Option<Live>>,
+    /// `[date] [host] ` as last formatted, with its second: formatted at most once a second.
+    stamp: Mutex<(i64, String)>,
 }
 
 /// The open log file and the identity its name had when last checked.
@@ -145,6 +147,7 @@ impl Log {
             max_bytes,
             keep,
             live: Mutex::new(None),
+            stamp: Mutex::new((i64::MIN, String::new())),
         }
     }
 
@@ -155,13 +158,14 @@ impl Log {
 
     /// One significant operation.
     pub fn line(&self, text: &str) {
-        let now = jiff::Timestamp::now().to_zoned(local_time_zone().clone());
-        let mut line = format!(
-            "[{}] [{}] {}\n",
-            now.strftime("%Y-%m-%d %H:%M:%S"),
-            self.host,
-            text.replace(['\n', '\r'], " ")
-        );
+        let mut line = String::with_capacity(64 + text.len());
+        self.push_stamp(&mut line);
+        if text.contains(['\n', '\r']) {
+            line.push_str(&text.replace(['\n', '\r'], " "));
+        } else {
+            line.push_str(text);
+        }
+        line.push('\n');
         // Keep a runaway line (debug dumps) from blowing the size bound.
         if line.len() > 16 * 1024 {
             let mut cut = 16 * 1024 - 2;
@@ -177,6 +181,20 @@ impl Log {
                 self.path.display()
             );
         }
+    }
+
+    /// `[YYYY-MM-DD HH:MM:SS] [host] `, local time: formatted again only when the second changed.
+    fn push_stamp(&self, line: &mut String) {
+        let now = jiff::Timestamp::now();
+        let mut stamp = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
+        if stamp.0 != now.as_second() {
+            let local = now.to_zoned(local_time_zone().clone());
+            *stamp = (
+                now.as_second(),
+                format!("[{}] [{}] ", local.strftime("%Y-%m-%d %H:%M:%S"), self.host),
+            );
+        }
+        line.push_str(&stamp.1);
     }
 
     /// A success: [`ok_line`].

@@ -180,15 +180,24 @@ pub fn query_param(query: &[u8], key: &str) -> Option<Vec<u8>> {
             Some(i) => (&pair[..i], &pair[i + 1..]),
             None => (pair, &b""[..]),
         };
-        if form_decode(k) == key.as_bytes() {
-            found = Some(form_decode(v));
+        // A key without `%` nor `+` decodes to itself: compared without building it.
+        let same = if k.iter().any(|&b| b == b'%' || b == b'+') {
+            form_decode(k) == key.as_bytes()
+        } else {
+            k == key.as_bytes()
+        };
+        if same {
+            found = Some(v);
         }
     }
-    found
+    found.map(form_decode)
 }
 
 /// `application/x-www-form-urlencoded` decoding of one component, to bytes.
 fn form_decode(s: &[u8]) -> Vec<u8> {
+    if !s.iter().any(|&b| b == b'%' || b == b'+') {
+        return s.to_vec();
+    }
     let plus: Vec<u8> = s
         .iter()
         .map(|&b| if b == b'+' { b' ' } else { b })

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Handler;
 use super::record::{self, DecodeError};
-use crate::http::{Body, Request, Response, write_response};
+use crate::http::{Body, Params, Request, Response, write_response};
 
 /// Largest total size of a request's PARAMS stream; above it the request is refused.
 pub const MAX_PARAMS_LEN: usize = 1 << 20;
@@ -34,6 +34,8 @@ pub const MAX_PARAMS_LEN: usize = 1 << 20;
 const READ_CHUNK: usize = 64 * 1024 + 2 * record::HEADER_LEN;
 /// STDOUT records waiting between the response writer and the socket.
 const OUT_CHANNEL_DEPTH: usize = 2;
+/// Records up to this size are written together with the record before them.
+const SMALL_RECORD: usize = 64;
 /// How long a connection closed on an error keeps reading (and discarding) what the peer still
 /// sends, so that the last records we wrote are not lost to a TCP reset.
 const LINGER: Duration = Duration::from_secs(1);
@@ -283,9 +285,10 @@ impl StdoutSink {
         s
     }
 
+    /// Starts the next record with a header placeholder. No room is reserved ahead: the buffer
+    /// grows with what is written (a small response takes a small allocation, not 64 KiB per
+    /// record; `buf` was created empty, so what `split` leaves never asks for more than needed).
     fn start_record(&mut self) {
-        self.buf
-            .reserve(record::HEADER_LEN + record::MAX_CONTENT_LEN);
         self.buf.extend_from_slice(&[0; record::HEADER_LEN]);
     }
 
@@ -611,7 +614,24 @@ where
                 Next::Continue
             }
             Event::Out(Some(rec)) => {
-                if let Err(e) = write_all(&mut writer, &rec, stall).await {
+                // A small record queued right behind this one (the end of STDOUT and END_REQUEST
+                // after the last data record) goes out in the same write: the web server reads
+                // the whole end of the response at once instead of waking up twice.
+                let next = active
+                    .as_mut()
+                    .and_then(|a| a.out_rx.as_mut())
+                    .and_then(|rx| rx.try_recv().ok());
+                let written = match next {
+                    Some(next) if next.len() <= SMALL_RECORD => {
+                        write_all_buf(&mut writer, rec.chain(next), stall).await
+                    }
+                    Some(next) => match write_all(&mut writer, &rec, stall).await {
+                        Ok(()) => write_all(&mut writer, &next, stall).await,
+                        Err(e) => Err(e),
+                    },
+                    None => write_all(&mut writer, &rec, stall).await,
+                };
+                if let Err(e) = written {
                     return peer_io(e);
                 }
                 Next::Continue
@@ -699,7 +719,26 @@ async fn write_all<W: AsyncWrite + Unpin>(
         .map_err(|_| timed_out())?
 }
 
-/// Resolves at `deadline`, never when there is none.
+/// Writes `buf` (vectored when the socket supports it), within the same `stall` bound as
+/// [`write_all`]; used for small sums of records only.
+async fn write_all_buf<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut buf: impl Buf,
+    stall: Duration,
+) -> io::Result<()> {
+    let timed_out = || io::Error::from(io::ErrorKind::TimedOut);
+    tokio::time::timeout(stall, w.write_all_buf(&mut buf))
+        .await
+        .map_err(|_| timed_out())??;
+    tokio::time::timeout(stall, w.flush())
+        .await
+        .map_err(|_| timed_out())?
+}
+
+/// Resolves at `deadline`, never when there is none. Built anew on every turn of the connection
+/// loop, which costs less than moving one timer: a `Sleep` joins the timer wheel only when it is
+/// polled, i.e. only when nothing else was ready (the common path never registers a timer), while
+/// `Sleep::reset` registers it at once and wakes the driver (one more system call per request).
 async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -846,10 +885,7 @@ async fn on_record<W: AsyncWrite + Unpin>(
                 return Ok(Next::Continue);
             }
             let raw = a.params.take().unwrap_or_default();
-            let params = record::parse_name_values(&raw, MAX_PARAMS_LEN)?
-                .into_iter()
-                .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), v.to_vec()))
-                .collect();
+            let params = Params::from_fastcgi(raw, MAX_PARAMS_LEN)?;
             let (tx, body) = Body::channel();
             a.body_tx = Some(tx);
             a.handler = Some(handler(Request { params, body }));

@@ -404,11 +404,20 @@ fn full_disk_answers_507_and_leaves_nothing() {
 
 #[test]
 fn read_only_store_answers_500_and_logs() {
-    let state = State::new(free_port(), &[("balayage_intervalle_min_ms", "0")]);
+    // With a sweep interval (the default) a process keeps the sweep marker open between
+    // requests: that descriptor must not stop the administrator's read-only remount (EBUSY).
+    for interval in ["0", "60000"] {
+        read_only_store_answers_500_and_logs_with(interval);
+    }
+}
+
+fn read_only_store_answers_500_and_logs_with(interval: &str) {
+    let state = State::new(free_port(), &[("balayage_intervalle_min_ms", interval)]);
     let m = Mount::tmpfs(&state.files(), "4m");
     let token = state.token.clone();
     let mut p = Proc::start(&state, &state.bin(), "p", None);
     assert_eq!(p.upload(&token, "avant.bin", b"x").unwrap().status, 200);
+    assert_eq!(p.get(&token, "avant.bin").status, 200);
     m.read_only();
     let r = p.upload(&token, "ro.bin", &bytes(1000, 3)).unwrap();
     assert_eq!(r.status, 500, "{}", r.text());

@@ -78,11 +78,13 @@ impl Store {
     /// Whether the sweep marker, read through the descriptor kept open between requests, says
     /// that a sweep finished less than `balayage_intervalle_min_ms` ago. False (the caller then
     /// opens the marker anew and decides) when it cannot tell, or when the open marker lost its
-    /// name (removed or replaced: the descriptor is dropped and reopened next time).
+    /// name (removed or replaced: the descriptor is dropped and reopened next time). Kept open
+    /// read-only (it is only `fstat`-ed): a descriptor open for writing would make an
+    /// administrator's `mount -o remount,ro` of the store fail with EBUSY.
     fn swept_recently_kept_open(&self) -> bool {
         let mut kept = self.sweep_marker.lock().unwrap_or_else(|e| e.into_inner());
         if kept.is_none() {
-            *kept = self.open_tmp_file(SWEEP_MARKER).ok();
+            *kept = open_at(&self.tmp_fd, SWEEP_MARKER, OFlags::RDONLY).ok();
         }
         let Some(m) = kept.as_ref().and_then(|f| f.metadata().ok()) else {
             *kept = None;

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Handler;
 use super::record::{self, DecodeError};
-use crate::http::{Body, Params, Request, Response, write_response};
+use crate::http::{Body, Request, Response, write_response};
 
 /// Largest total size of a request's PARAMS stream; above it the request is refused.
 pub const MAX_PARAMS_LEN: usize = 1 << 20;
@@ -885,7 +885,7 @@ async fn on_record<W: AsyncWrite + Unpin>(
                 return Ok(Next::Continue);
             }
             let raw = a.params.take().unwrap_or_default();
-            let params = Params::from_fastcgi(raw, MAX_PARAMS_LEN)?;
+            let params = record::parse_params(raw, MAX_PARAMS_LEN)?;
             let (tx, body) = Body::channel();
             a.body_tx = Some(tx);
             a.handler = Some(handler(Request { params, body }));

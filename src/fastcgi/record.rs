@@ -5,6 +5,7 @@
 //! the name-value pairs carried by PARAMS and GET_VALUES records. The encoders are the mirror
 //! images used by the responder (and by the test client).
 
+use crate::http::Params;
 use std::fmt;
 
 /// The only protocol version there is.
@@ -282,6 +283,21 @@ fn parse_length(buf: &[u8], pos: &mut usize) -> Result<u64, DecodeError> {
 /// A name and its value, borrowed from the decoded buffer.
 pub type NameValue<'a> = (&'a [u8], &'a [u8]);
 
+/// The parameters of a PARAMS stream (each name and value at most `max_len` bytes), kept in
+/// `raw` itself: [`Params`] only records where each name and value lies.
+pub fn parse_params(raw: Vec<u8>, max_len: usize) -> Result<Params, DecodeError> {
+    let base = raw.as_ptr() as usize;
+    let entries = parse_name_values(&raw, max_len)?
+        .into_iter()
+        .map(|(n, v)| {
+            let start = n.as_ptr() as usize - base;
+            let mid = start + n.len();
+            (start, mid, mid + v.len())
+        })
+        .collect();
+    Ok(Params::from_spans(raw, entries))
+}
+
 /// Decodes a list of name-value pairs (PARAMS, GET_VALUES, GET_VALUES_RESULT).
 ///
 /// `max_len` bounds each name and each value; anything longer is [`DecodeError::TooLong`], a pair
@@ -333,6 +349,28 @@ pub fn encode_name_value(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn params_are_decoded_in_place_and_looked_up() {
+        let mut raw = Vec::new();
+        for (n, v) in [
+            ("REQUEST_METHOD", &b"GET"[..]),
+            ("HTTP_IF_RANGE", b"\"e\""),
+            ("REQUEST_METHOD", b"HEAD"),
+            ("HTTP_BAD", b"\xff"),
+        ] {
+            encode_name_value(n.as_bytes(), v, &mut raw);
+        }
+        let params = parse_params(raw, 1 << 20).unwrap();
+        // A name given twice: the last value, counted once, as with a map.
+        assert_eq!(params.get("REQUEST_METHOD"), Some("HEAD"));
+        assert_eq!(params.len(), 3);
+        assert_eq!(params.get("HTTP_IF_RANGE"), Some("\"e\""));
+        assert_eq!(params.get("HTTP_BAD"), None);
+        assert_eq!(params.get_bytes("HTTP_BAD"), Some(&b"\xff"[..]));
+        assert!(parse_params(vec![5, 0, b'a'], 1 << 20).is_err());
+        assert!(parse_params(vec![5, 0, b'a', b'b', b'c', b'd', b'e'], 4).is_err());
+    }
 
     #[test]
     fn header_roundtrip() {

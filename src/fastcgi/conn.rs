@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Handler;
 use super::record::{self, DecodeError};
-use crate::http::{Body, Params, Request, Response, write_response};
+use crate::http::{Body, Params, Request, Response, ResponseBody, write_response};
 
 /// Largest total size of a request's PARAMS stream; above it the request is refused.
 pub const MAX_PARAMS_LEN: usize = 1 << 20;
@@ -667,6 +667,25 @@ where
                 close(&mut reader, &mut writer, true).await;
                 return Err(e);
             }
+            Event::Record(Ok(Some(rec))) if ends_params_of_bodiless(&rec, &active, &mut reader) => {
+                // The fast path: no body to stream, so no body channel, no response task.
+                let a = active.take().expect("checked by ends_params_of_bodiless");
+                let keep = a.keep_conn;
+                match answer_bodiless(a, &handler, &mut writer, stall).await {
+                    Ok(Some(a)) => {
+                        // A large response streams through the loop (ABORT stays readable).
+                        active = Some(a);
+                        Next::Continue
+                    }
+                    Ok(None) if keep && !is_shutting_down(&shutdown) => Next::Continue,
+                    Ok(None) => Next::Close { linger: false },
+                    Err(ConnError::Io(e)) => return peer_io(e),
+                    Err(e) => {
+                        close(&mut reader, &mut writer, true).await;
+                        return Err(e);
+                    }
+                }
+            }
             Event::Record(Ok(Some(rec))) => {
                 match on_record(rec, &mut active, &handler, &config, &mut writer).await {
                     Ok(next) => next,
@@ -683,6 +702,103 @@ where
             return Ok(());
         }
     }
+}
+
+/// Responses up to this size (body bytes) are written by [`answer_bodiless`] in one write; larger
+/// ones stream through the connection loop, which keeps reading records (ABORT) meanwhile.
+const DIRECT_MAX_BODY: u64 = 64 * 1024;
+
+/// Whether `rec` is the empty PARAMS record of the request in progress and the record right
+/// behind it, already received, is its empty STDIN (a request without a body: GET, HEAD, as
+/// mod_fcgid, mod_proxy_fcgi and nginx send them, all at once). The STDIN record is consumed.
+/// A malformed next record is left for the reader to report.
+fn ends_params_of_bodiless<R>(
+    rec: &Record,
+    active: &Option<Active>,
+    reader: &mut RecordReader<R>,
+) -> bool {
+    let Some(a) = active else { return false };
+    if rec.record_type != record::PARAMS
+        || !rec.content.is_empty()
+        || rec.request_id != a.id
+        || a.params.is_none()
+    {
+        return false;
+    }
+    let used = match record::parse_record(&reader.buf) {
+        Ok(Some((next, used)))
+            if next.record_type == record::STDIN
+                && next.request_id == a.id
+                && next.content.is_empty() =>
+        {
+            used
+        }
+        _ => return false,
+    };
+    reader.buf.advance(used);
+    true
+}
+
+/// Serves a request whose STDIN is complete and empty: runs the handler in place, and writes a
+/// small response, the end of STDOUT and END_REQUEST in one write. A response larger than
+/// [`DIRECT_MAX_BODY`] is handed back as a request in progress that is writing it (`Some`).
+///
+/// Records that arrive while the handler runs are read after it (ABORT of a request without a
+/// body can only come once the handler has answered, as a late record: ignored).
+async fn answer_bodiless<W: AsyncWrite + Unpin>(
+    mut a: Active,
+    handler: &Handler,
+    writer: &mut W,
+    stall: Duration,
+) -> Result<Option<Active>, ConnError> {
+    let raw = a.params.take().unwrap_or_default();
+    let params = Params::from_fastcgi(raw, MAX_PARAMS_LEN)?;
+    let (tx, body) = Body::channel();
+    // An empty body: the sender is gone before the handler reads.
+    drop(tx);
+    let resp = handler(Request { params, body }).await;
+    a.stdin_done = true;
+    let small = match &resp.body {
+        ResponseBody::Empty => Some(0),
+        ResponseBody::Bytes(b) => Some(b.len() as u64),
+        ResponseBody::File { len, .. } => Some(*len),
+        ResponseBody::Parts(_) => None,
+    };
+    let Some(body_len) = small.filter(|&n| n <= DIRECT_MAX_BODY) else {
+        a.start_writing(resp);
+        return Ok(Some(a));
+    };
+    let id = a.id;
+    // One STDOUT record is built in place behind a header placeholder.
+    let mut out = Vec::with_capacity(body_len as usize + 1024);
+    out.extend_from_slice(&[0; record::HEADER_LEN]);
+    // Writing into memory fails only on reading the file: the response is cut short.
+    let app_status = match write_response(resp, &mut out).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("depot-fichiers : fastcgi : réponse interrompue : {e}");
+            APP_STATUS_FAILED
+        }
+    };
+    let content_len = out.len() - record::HEADER_LEN;
+    if content_len == 0 {
+        out.clear();
+    } else if let Ok(len) = u16::try_from(content_len) {
+        let head = record::encode_header(record::STDOUT, id, len, 0);
+        out[..record::HEADER_LEN].copy_from_slice(&head);
+    } else {
+        let content = out.split_off(record::HEADER_LEN);
+        out.clear();
+        for chunk in content.chunks(record::MAX_CONTENT_LEN) {
+            record::encode_record(record::STDOUT, id, chunk, &mut out);
+        }
+    }
+    record::encode_record(record::STDOUT, id, &[], &mut out);
+    record::encode_end_request(id, app_status, record::REQUEST_COMPLETE, &mut out);
+    write_all(writer, &out, stall)
+        .await
+        .map_err(ConnError::Io)?;
+    Ok(None)
 }
 
 /// Maps a write error: a vanished peer is a normal end.

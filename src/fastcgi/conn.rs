@@ -492,7 +492,7 @@ fn is_shutting_down(rx: &Option<watch::Receiver<bool>>) -> bool {
 /// protocol violation or an unexpected I/O error (the caller logs it).
 pub async fn serve_connection<R, W>(
     reader: R,
-    mut writer: W,
+    writer: W,
     handler: Handler,
     config: ConnConfig,
 ) -> Result<(), ConnError>
@@ -500,9 +500,27 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    serve_connection_from(reader, writer, &handler, &config, BytesMut::new(), None).await
+}
+
+/// [`serve_connection`], with bytes already read from the connection (`received`) and, possibly,
+/// a request already in progress.
+async fn serve_connection_from<R, W>(
+    reader: R,
+    mut writer: W,
+    handler: &Handler,
+    config: &ConnConfig,
+    received: BytesMut,
+    mut active: Option<Active>,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut reader = RecordReader::new(reader);
+    reader.received = received.len() as u64;
+    reader.buf.unsplit(received);
     let mut shutdown = config.shutdown.clone();
-    let mut active: Option<Active> = None;
     let deadlines = config.deadlines;
     let stall = deadlines.write_stall;
     // Since when the connection waits for a request (`None` while one is in progress).
@@ -671,7 +689,7 @@ where
                 // The fast path: no body to stream, so no body channel, no response task.
                 let a = active.take().expect("checked by ends_params_of_bodiless");
                 let keep = a.keep_conn;
-                match answer_bodiless(a, &handler, &mut writer, stall).await {
+                match answer_bodiless(a, handler, &mut writer, stall).await {
                     Ok(Some(a)) => {
                         // A large response streams through the loop (ABORT stays readable).
                         active = Some(a);
@@ -687,7 +705,7 @@ where
                 }
             }
             Event::Record(Ok(Some(rec))) => {
-                match on_record(rec, &mut active, &handler, &config, &mut writer).await {
+                match on_record(rec, &mut active, handler, config, &mut writer).await {
                     Ok(next) => next,
                     Err(ConnError::Io(e)) => return peer_io(e),
                     Err(e) => {
@@ -746,11 +764,33 @@ fn ends_params_of_bodiless<R>(
 /// Records that arrive while the handler runs are read after it (ABORT of a request without a
 /// body can only come once the handler has answered, as a late record: ignored).
 async fn answer_bodiless<W: AsyncWrite + Unpin>(
-    mut a: Active,
+    a: Active,
     handler: &Handler,
     writer: &mut W,
     stall: Duration,
 ) -> Result<Option<Active>, ConnError> {
+    match respond_bodiless(a, handler).await? {
+        Answer::Large(a) => Ok(Some(a)),
+        Answer::Small(out) => {
+            write_all(writer, &out, stall)
+                .await
+                .map_err(ConnError::Io)?;
+            Ok(None)
+        }
+    }
+}
+
+/// What [`respond_bodiless`] made of a request.
+enum Answer {
+    /// Every record of the response, END_REQUEST included, ready to be written.
+    Small(Vec<u8>),
+    /// A response too large to hold: the request, now writing it through the connection loop.
+    Large(Active),
+}
+
+/// Runs the handler of a request without a body (`a.params` complete) and frames a small
+/// response; see [`answer_bodiless`].
+async fn respond_bodiless(mut a: Active, handler: &Handler) -> Result<Answer, ConnError> {
     let raw = a.params.take().unwrap_or_default();
     let params = Params::from_fastcgi(raw, MAX_PARAMS_LEN)?;
     let (tx, body) = Body::channel();
@@ -766,7 +806,7 @@ async fn answer_bodiless<W: AsyncWrite + Unpin>(
     };
     let Some(body_len) = small.filter(|&n| n <= DIRECT_MAX_BODY) else {
         a.start_writing(resp);
-        return Ok(Some(a));
+        return Ok(Answer::Large(a));
     };
     let id = a.id;
     // One STDOUT record is built in place behind a header placeholder.
@@ -795,10 +835,121 @@ async fn answer_bodiless<W: AsyncWrite + Unpin>(
     }
     record::encode_record(record::STDOUT, id, &[], &mut out);
     record::encode_end_request(id, app_status, record::REQUEST_COMPLETE, &mut out);
-    write_all(writer, &out, stall)
-        .await
-        .map_err(ConnError::Io)?;
-    Ok(None)
+    Ok(Answer::Small(out))
+}
+
+/// Serves one connection accepted on the listening Unix socket inherited on fd 0 (mod_fcgid), in
+/// non-blocking mode and not yet known to the event loop.
+///
+/// mod_fcgid connects and writes a whole request at once, and one request per connection. When
+/// one read brings exactly that — BEGIN_REQUEST without `FCGI_KEEP_CONN`, the PARAMS, an empty
+/// STDIN — and the response is small, the request is served without the event loop ever
+/// watching the connection: the handler runs in place, the response is written by a
+/// non-blocking write, the connection is closed. Anything else (a body, a partial request,
+/// other records, a large response, a full socket buffer) continues on [`serve_connection`]'s
+/// loop from where this left off, with the same records, deadlines and shutdown.
+pub async fn serve_inherited_unix(
+    stream: std::os::unix::net::UnixStream,
+    handler: &Handler,
+    config: &ConnConfig,
+) -> Result<(), ConnError> {
+    use std::io::{Read, Write};
+
+    let mut first = [0u8; 16 * 1024];
+    let received = match (&stream).read(&mut first) {
+        // Closed before sending anything.
+        Ok(0) => return Ok(()),
+        Ok(n) => BytesMut::from(&first[..n]),
+        Err(_) => BytesMut::new(),
+    };
+    let Some((id, raw)) = whole_bodiless_request(&received) else {
+        let (r, w) = register(stream)?.into_split();
+        return serve_connection_from(r, w, handler, config, received, None).await;
+    };
+    let mut a = Active::new(id, false);
+    a.params = Some(raw);
+    let answer = match respond_bodiless(a, handler).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            let (r, mut w) = register(stream)?.into_split();
+            close(&mut RecordReader::new(r), &mut w, true).await;
+            return Err(e);
+        }
+    };
+    let out = match answer {
+        Answer::Small(out) => out,
+        Answer::Large(a) => {
+            let (r, w) = register(stream)?.into_split();
+            return serve_connection_from(r, w, handler, config, BytesMut::new(), Some(a)).await;
+        }
+    };
+    let mut written = 0;
+    while written < out.len() {
+        match (&stream).write(&out[written..]) {
+            Ok(0) => return peer_io(io::ErrorKind::WriteZero.into()),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return peer_io(e),
+        }
+    }
+    if written < out.len() {
+        // The web server reads slowly: the rest goes through the event loop, within the stall
+        // bound of every response write.
+        let mut s = register(stream)?;
+        if let Err(e) = write_all(&mut s, &out[written..], config.deadlines.write_stall).await {
+            return peer_io(e);
+        }
+        let _ = s.shutdown().await;
+        return Ok(());
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    Ok(())
+}
+
+/// Hands a connection over to the event loop.
+fn register(stream: std::os::unix::net::UnixStream) -> Result<tokio::net::UnixStream, ConnError> {
+    tokio::net::UnixStream::from_std(stream).map_err(ConnError::Io)
+}
+
+/// The request id and raw PARAMS when `buf` holds exactly one whole request without a body and
+/// nothing else: BEGIN_REQUEST (responder, no `FCGI_KEEP_CONN`), non-empty PARAMS records (within
+/// [`MAX_PARAMS_LEN`]), the empty PARAMS record, the empty STDIN record, all for the same id.
+fn whole_bodiless_request(mut buf: &[u8]) -> Option<(u16, Vec<u8>)> {
+    let mut next = || -> Option<(u8, u16, &[u8])> {
+        let (rec, used) = record::parse_record(buf).ok()??;
+        let out = (rec.record_type, rec.request_id, rec.content);
+        buf = &buf[used..];
+        Some(out)
+    };
+    let (kind, id, content) = next()?;
+    if kind != record::BEGIN_REQUEST || id == 0 {
+        return None;
+    }
+    let (role, flags) = record::parse_begin_request(content).ok()?;
+    if role != record::ROLE_RESPONDER || flags & record::FLAG_KEEP_CONN != 0 {
+        return None;
+    }
+    let mut raw = Vec::new();
+    loop {
+        let (kind, rid, content) = next()?;
+        if kind != record::PARAMS || rid != id {
+            return None;
+        }
+        if content.is_empty() {
+            break;
+        }
+        if raw.len() + content.len() > MAX_PARAMS_LEN {
+            return None;
+        }
+        raw.extend_from_slice(content);
+    }
+    let (kind, rid, content) = next()?;
+    if kind != record::STDIN || rid != id || !content.is_empty() {
+        return None;
+    }
+    drop(next);
+    buf.is_empty().then_some((id, raw))
 }
 
 /// Maps a write error: a vanished peer is a normal end.

@@ -5,7 +5,8 @@
 //! - **FastCGI on fd 0** (mod_fcgid, spawn-fcgi): fd 0 is a listening socket (`SO_ACCEPTCONN`;
 //!   php-cgi and libfcgi look at `getpeername` failing with `ENOTCONN`, which this implies), Unix
 //!   or TCP by `getsockname`;
-//!   connections are served one at a time (mod_fcgid sends one request per process anyway);
+//!   connections are served one at a time (mod_fcgid sends one request per process anyway), a
+//!   Unix one first without the event loop watching it ([`conn::serve_inherited_unix`]);
 //! - **FastCGI on `--listen tcp:HOST:PORT` or `unix:/path`**: we bind ourselves and serve many
 //!   connections at once;
 //! - **CGI** (mod_cgid, mod_cgi): `GATEWAY_INTERFACE` is set and fd 0 is not a listening socket

@@ -12,6 +12,12 @@
 //! interleave cleanly with the STDOUT stream. The response itself is produced by
 //! [`write_response`] into a [`StdoutSink`], which frames the bytes into STDOUT records of up to
 //! 65535 bytes and hands them to the loop through a small bounded channel.
+//!
+//! Fast paths, same records and answers: a request whose empty STDIN has already arrived with its
+//! PARAMS (GET, HEAD) runs its handler in place, and a small response is written with the end of
+//! STDOUT and END_REQUEST in one write ([`answer_bodiless`]); under mod_fcgid,
+//! [`serve_inherited_unix`] serves such a request, when one read brings all of it, before the
+//! connection is ever registered with the event loop, and hands anything else to the loop.
 
 use std::fmt;
 use std::future::{Future, pending};
@@ -948,7 +954,6 @@ fn whole_bodiless_request(mut buf: &[u8]) -> Option<(u16, Vec<u8>)> {
     if kind != record::STDIN || rid != id || !content.is_empty() {
         return None;
     }
-    drop(next);
     buf.is_empty().then_some((id, raw))
 }
 

@@ -197,6 +197,60 @@ fn inherited_unix_socket_on_fd0() {
     assert_eq!(out, "");
 }
 
+/// A whole request without a body in one buffer, as mod_fcgid writes it: BEGIN_REQUEST (no
+/// `FCGI_KEEP_CONN`), PARAMS, the empty PARAMS and the empty STDIN.
+fn whole_bodiless_request(id: u16, params: &[(&str, &str)]) -> Vec<u8> {
+    use common::fcgi::{encode_name_value, encode_record};
+    let role = common::fcgi::ROLE_RESPONDER.to_be_bytes();
+    let mut nv = Vec::new();
+    for (n, v) in params {
+        encode_name_value(n.as_bytes(), v.as_bytes(), &mut nv);
+    }
+    let mut out = encode_record(1, id, &[role[0], role[1], 0, 0, 0, 0, 0, 0]);
+    out.extend(encode_record(4, id, &nv));
+    out.extend(encode_record(4, id, b""));
+    out.extend(encode_record(5, id, b""));
+    out
+}
+
+#[test]
+fn inherited_unix_socket_answers_a_whole_bodiless_request_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("fcgid.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let mut child = command()
+        .stdin(Stdio::from(OwnedFd::from(listener)))
+        .spawn()
+        .unwrap();
+    for _ in 0..3 {
+        let mut c = FcgiClient::unix(&sock).unwrap();
+        let get = [("REQUEST_METHOD", "GET"), ("QUERY_STRING", "")];
+        c.send_raw(&whole_bodiless_request(1, &get)).unwrap();
+        let r = c.read_response(1).unwrap();
+        assert_eq!(r.text(), "method=GET len=0 sum=0\n");
+        assert!(r.other_records.is_empty());
+        assert!(
+            c.is_closed().unwrap(),
+            "no FCGI_KEEP_CONN: closed after the answer"
+        );
+    }
+    // A request in flight when SIGTERM arrives: dropped after the grace period, exit 0.
+    let mut c = FcgiClient::unix(&sock).unwrap();
+    let slow = [("REQUEST_METHOD", "GET"), ("QUERY_STRING", "slow")];
+    c.send_raw(&whole_bodiless_request(1, &slow)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    sigterm(&child);
+    let status = wait(&mut child);
+    let (out, err) = output_of(&mut child);
+    assert_eq!(status.code(), Some(0), "stderr: {err}");
+    assert!(err.contains("requête en cours abandonnée"), "stderr: {err}");
+    assert_eq!(out, "");
+    assert!(
+        c.read_record().unwrap().is_none(),
+        "no answer, connection closed"
+    );
+}
+
 #[test]
 fn inherited_tcp_socket_on_fd0() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

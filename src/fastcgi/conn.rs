@@ -12,6 +12,12 @@
 //! interleave cleanly with the STDOUT stream. The response itself is produced by
 //! [`write_response`] into a [`StdoutSink`], which frames the bytes into STDOUT records of up to
 //! 65535 bytes and hands them to the loop through a small bounded channel.
+//!
+//! Fast paths, same records and answers: a request whose empty STDIN has already arrived with its
+//! PARAMS (GET, HEAD) runs its handler in place, and a small response is written with the end of
+//! STDOUT and END_REQUEST in one write ([`answer_bodiless`]); under mod_fcgid,
+//! [`serve_inherited_unix`] serves such a request, when one read brings all of it, before the
+//! connection is ever registered with the event loop, and hands anything else to the loop.
 
 use std::fmt;
 use std::future::{Future, pending};
@@ -26,7 +32,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Handler;
 use super::record::{self, DecodeError};
-use crate::http::{Body, Request, Response, write_response};
+use crate::http::{Body, Request, Response, ResponseBody, write_response};
 
 /// Largest total size of a request's PARAMS stream; above it the request is refused.
 pub const MAX_PARAMS_LEN: usize = 1 << 20;
@@ -492,7 +498,7 @@ fn is_shutting_down(rx: &Option<watch::Receiver<bool>>) -> bool {
 /// protocol violation or an unexpected I/O error (the caller logs it).
 pub async fn serve_connection<R, W>(
     reader: R,
-    mut writer: W,
+    writer: W,
     handler: Handler,
     config: ConnConfig,
 ) -> Result<(), ConnError>
@@ -500,9 +506,27 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    serve_connection_from(reader, writer, &handler, &config, BytesMut::new(), None).await
+}
+
+/// [`serve_connection`], with bytes already read from the connection (`received`) and, possibly,
+/// a request already in progress.
+async fn serve_connection_from<R, W>(
+    reader: R,
+    mut writer: W,
+    handler: &Handler,
+    config: &ConnConfig,
+    received: BytesMut,
+    mut active: Option<Active>,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut reader = RecordReader::new(reader);
+    reader.received = received.len() as u64;
+    reader.buf.unsplit(received);
     let mut shutdown = config.shutdown.clone();
-    let mut active: Option<Active> = None;
     let deadlines = config.deadlines;
     let stall = deadlines.write_stall;
     // Since when the connection waits for a request (`None` while one is in progress).
@@ -667,8 +691,27 @@ where
                 close(&mut reader, &mut writer, true).await;
                 return Err(e);
             }
+            Event::Record(Ok(Some(rec))) if ends_params_of_bodiless(&rec, &active, &mut reader) => {
+                // The fast path: no body to stream, so no body channel, no response task.
+                let a = active.take().expect("checked by ends_params_of_bodiless");
+                let keep = a.keep_conn;
+                match answer_bodiless(a, handler, &mut writer, stall).await {
+                    Ok(Some(a)) => {
+                        // A large response streams through the loop (ABORT stays readable).
+                        active = Some(a);
+                        Next::Continue
+                    }
+                    Ok(None) if keep && !is_shutting_down(&shutdown) => Next::Continue,
+                    Ok(None) => Next::Close { linger: false },
+                    Err(ConnError::Io(e)) => return peer_io(e),
+                    Err(e) => {
+                        close(&mut reader, &mut writer, true).await;
+                        return Err(e);
+                    }
+                }
+            }
             Event::Record(Ok(Some(rec))) => {
-                match on_record(rec, &mut active, &handler, &config, &mut writer).await {
+                match on_record(rec, &mut active, handler, config, &mut writer).await {
                     Ok(next) => next,
                     Err(ConnError::Io(e)) => return peer_io(e),
                     Err(e) => {
@@ -683,6 +726,235 @@ where
             return Ok(());
         }
     }
+}
+
+/// Responses up to this size (body bytes) are written by [`answer_bodiless`] in one write; larger
+/// ones stream through the connection loop, which keeps reading records (ABORT) meanwhile.
+const DIRECT_MAX_BODY: u64 = 64 * 1024;
+
+/// Whether `rec` is the empty PARAMS record of the request in progress and the record right
+/// behind it, already received, is its empty STDIN (a request without a body: GET, HEAD, as
+/// mod_fcgid, mod_proxy_fcgi and nginx send them, all at once). The STDIN record is consumed.
+/// A malformed next record is left for the reader to report.
+fn ends_params_of_bodiless<R>(
+    rec: &Record,
+    active: &Option<Active>,
+    reader: &mut RecordReader<R>,
+) -> bool {
+    let Some(a) = active else { return false };
+    if rec.record_type != record::PARAMS
+        || !rec.content.is_empty()
+        || rec.request_id != a.id
+        || a.params.is_none()
+    {
+        return false;
+    }
+    let used = match record::parse_record(&reader.buf) {
+        Ok(Some((next, used)))
+            if next.record_type == record::STDIN
+                && next.request_id == a.id
+                && next.content.is_empty() =>
+        {
+            used
+        }
+        _ => return false,
+    };
+    reader.buf.advance(used);
+    true
+}
+
+/// Serves a request whose STDIN is complete and empty: runs the handler in place, and writes a
+/// small response, the end of STDOUT and END_REQUEST in one write. A response larger than
+/// [`DIRECT_MAX_BODY`] is handed back as a request in progress that is writing it (`Some`).
+///
+/// Records that arrive while the handler runs are read after it (ABORT of a request without a
+/// body can only come once the handler has answered, as a late record: ignored).
+async fn answer_bodiless<W: AsyncWrite + Unpin>(
+    a: Active,
+    handler: &Handler,
+    writer: &mut W,
+    stall: Duration,
+) -> Result<Option<Active>, ConnError> {
+    match respond_bodiless(a, handler).await? {
+        Answer::Large(a) => Ok(Some(a)),
+        Answer::Small(out) => {
+            write_all(writer, &out, stall)
+                .await
+                .map_err(ConnError::Io)?;
+            Ok(None)
+        }
+    }
+}
+
+/// What [`respond_bodiless`] made of a request.
+enum Answer {
+    /// Every record of the response, END_REQUEST included, ready to be written.
+    Small(Vec<u8>),
+    /// A response too large to hold: the request, now writing it through the connection loop.
+    Large(Active),
+}
+
+/// Runs the handler of a request without a body (`a.params` complete) and frames a small
+/// response; see [`answer_bodiless`].
+async fn respond_bodiless(mut a: Active, handler: &Handler) -> Result<Answer, ConnError> {
+    let raw = a.params.take().unwrap_or_default();
+    let params = record::parse_params(raw, MAX_PARAMS_LEN)?;
+    let (tx, body) = Body::channel();
+    // An empty body: the sender is gone before the handler reads.
+    drop(tx);
+    let resp = handler(Request { params, body }).await;
+    a.stdin_done = true;
+    let small = match &resp.body {
+        ResponseBody::Empty => Some(0),
+        ResponseBody::Bytes(b) => Some(b.len() as u64),
+        ResponseBody::File { len, .. } => Some(*len),
+        ResponseBody::Parts(_) => None,
+    };
+    let Some(body_len) = small.filter(|&n| n <= DIRECT_MAX_BODY) else {
+        a.start_writing(resp);
+        return Ok(Answer::Large(a));
+    };
+    let id = a.id;
+    // One STDOUT record is built in place behind a header placeholder.
+    let mut out = Vec::with_capacity(body_len as usize + 1024);
+    out.extend_from_slice(&[0; record::HEADER_LEN]);
+    // Writing into memory fails only on reading the file: the response is cut short.
+    let app_status = match write_response(resp, &mut out).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("depot-fichiers : fastcgi : réponse interrompue : {e}");
+            APP_STATUS_FAILED
+        }
+    };
+    let content_len = out.len() - record::HEADER_LEN;
+    if content_len == 0 {
+        out.clear();
+    } else if let Ok(len) = u16::try_from(content_len) {
+        let head = record::encode_header(record::STDOUT, id, len, 0);
+        out[..record::HEADER_LEN].copy_from_slice(&head);
+    } else {
+        let content = out.split_off(record::HEADER_LEN);
+        out.clear();
+        for chunk in content.chunks(record::MAX_CONTENT_LEN) {
+            record::encode_record(record::STDOUT, id, chunk, &mut out);
+        }
+    }
+    record::encode_record(record::STDOUT, id, &[], &mut out);
+    record::encode_end_request(id, app_status, record::REQUEST_COMPLETE, &mut out);
+    Ok(Answer::Small(out))
+}
+
+/// Serves one connection accepted on the listening Unix socket inherited on fd 0 (mod_fcgid), in
+/// non-blocking mode and not yet known to the event loop.
+///
+/// mod_fcgid connects and writes a whole request at once, and one request per connection. When
+/// one read brings exactly that — BEGIN_REQUEST without `FCGI_KEEP_CONN`, the PARAMS, an empty
+/// STDIN — and the response is small, the request is served without the event loop ever
+/// watching the connection: the handler runs in place, the response is written by a
+/// non-blocking write, the connection is closed. Anything else (a body, a partial request,
+/// other records, a large response, a full socket buffer) continues on [`serve_connection`]'s
+/// loop from where this left off, with the same records, deadlines and shutdown.
+pub async fn serve_inherited_unix(
+    stream: std::os::unix::net::UnixStream,
+    handler: &Handler,
+    config: &ConnConfig,
+) -> Result<(), ConnError> {
+    use std::io::{Read, Write};
+
+    let mut first = [0u8; 16 * 1024];
+    let received = match (&stream).read(&mut first) {
+        // Closed before sending anything.
+        Ok(0) => return Ok(()),
+        Ok(n) => BytesMut::from(&first[..n]),
+        Err(_) => BytesMut::new(),
+    };
+    let Some((id, raw)) = whole_bodiless_request(&received) else {
+        let (r, w) = register(stream)?.into_split();
+        return serve_connection_from(r, w, handler, config, received, None).await;
+    };
+    let mut a = Active::new(id, false);
+    a.params = Some(raw);
+    let answer = match respond_bodiless(a, handler).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            let (r, mut w) = register(stream)?.into_split();
+            close(&mut RecordReader::new(r), &mut w, true).await;
+            return Err(e);
+        }
+    };
+    let out = match answer {
+        Answer::Small(out) => out,
+        Answer::Large(a) => {
+            let (r, w) = register(stream)?.into_split();
+            return serve_connection_from(r, w, handler, config, BytesMut::new(), Some(a)).await;
+        }
+    };
+    let mut written = 0;
+    while written < out.len() {
+        match (&stream).write(&out[written..]) {
+            Ok(0) => return peer_io(io::ErrorKind::WriteZero.into()),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return peer_io(e),
+        }
+    }
+    if written < out.len() {
+        // The web server reads slowly: the rest goes through the event loop, within the stall
+        // bound of every response write.
+        let mut s = register(stream)?;
+        if let Err(e) = write_all(&mut s, &out[written..], config.deadlines.write_stall).await {
+            return peer_io(e);
+        }
+        let _ = s.shutdown().await;
+        return Ok(());
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    Ok(())
+}
+
+/// Hands a connection over to the event loop.
+fn register(stream: std::os::unix::net::UnixStream) -> Result<tokio::net::UnixStream, ConnError> {
+    tokio::net::UnixStream::from_std(stream).map_err(ConnError::Io)
+}
+
+/// The request id and raw PARAMS when `buf` holds exactly one whole request without a body and
+/// nothing else: BEGIN_REQUEST (responder, no `FCGI_KEEP_CONN`), non-empty PARAMS records (within
+/// [`MAX_PARAMS_LEN`]), the empty PARAMS record, the empty STDIN record, all for the same id.
+fn whole_bodiless_request(mut buf: &[u8]) -> Option<(u16, Vec<u8>)> {
+    let mut next = || -> Option<(u8, u16, &[u8])> {
+        let (rec, used) = record::parse_record(buf).ok()??;
+        let out = (rec.record_type, rec.request_id, rec.content);
+        buf = &buf[used..];
+        Some(out)
+    };
+    let (kind, id, content) = next()?;
+    if kind != record::BEGIN_REQUEST || id == 0 {
+        return None;
+    }
+    let (role, flags) = record::parse_begin_request(content).ok()?;
+    if role != record::ROLE_RESPONDER || flags & record::FLAG_KEEP_CONN != 0 {
+        return None;
+    }
+    let mut raw = Vec::new();
+    loop {
+        let (kind, rid, content) = next()?;
+        if kind != record::PARAMS || rid != id {
+            return None;
+        }
+        if content.is_empty() {
+            break;
+        }
+        if raw.len() + content.len() > MAX_PARAMS_LEN {
+            return None;
+        }
+        raw.extend_from_slice(content);
+    }
+    let (kind, rid, content) = next()?;
+    if kind != record::STDIN || rid != id || !content.is_empty() {
+        return None;
+    }
+    buf.is_empty().then_some((id, raw))
 }
 
 /// Maps a write error: a vanished peer is a normal end.

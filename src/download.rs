@@ -1,6 +1,8 @@
 //! `GET|HEAD /download.php?fichier=…&token=…` (contract §2.2): sweep → token → name → the file,
 //! alive, with its sidecar → whole file or a single byte range. The mtime is set to now once the
-//! bytes have all been handed to the web server (HEAD and 416 do not count as downloads).
+//! bytes have all been read and handed to the connection to the web server (the last records, at
+//! most ≈ 192 KiB, may still be on their way: README, « Ce qui compte comme téléchargement »);
+//! HEAD and 416 do not count as downloads.
 
 use crate::app::{App, token_matches};
 use crate::error::ApiError;

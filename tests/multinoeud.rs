@@ -115,13 +115,7 @@ fn store_paths(jfs: &JuiceFs, nodes: &[Node], node: usize) -> (PathBuf, PathBuf,
 }
 
 fn assert_clean(label: &str, s: &Summary, nodes: &mut [Node], alive: &[usize]) {
-    assert!(
-        s.violations.is_empty(),
-        "{label}: {} violations, first ones:\n{}",
-        s.violations.len(),
-        s.violations[..s.violations.len().min(20)].join("\n")
-    );
-    assert!(s.reads > 100, "{label}: too few successful reads");
+    stress::assert_no_violations(label, s);
     for &i in alive {
         let served = s
             .timings
@@ -283,20 +277,6 @@ fn publish_once(addr: SocketAddr, token: &str) -> String {
     }
 }
 
-/// Waits until `pid` is stopped (state `T` in `/proc/PID/stat`).
-fn wait_stopped(pid: i32) {
-    let t = Instant::now();
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
-        if state == Some(Some('T')) {
-            return;
-        }
-        assert!(t.elapsed() < Duration::from_secs(10), "{pid} never paused");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// How long a request on the surviving node may take while the store lock is not let go: one
 /// full `LOCK_WAIT` per outage and per process (past it the store answers 503 + Retry-After, and
 /// the process only probes the lock for 50 ms per acquisition until it gets it again), plus the
@@ -353,7 +333,11 @@ fn client_juicefs_tue() {
             let t = token.clone();
             // Never answered: the thread ends when the holder is killed, after the run.
             std::thread::spawn(move || publish_once(holder_addr, &t));
-            wait_stopped(holder_pid);
+            common::wait_stopped(
+                holder_pid,
+                Duration::from_secs(10),
+                &nodes[0].state.log_dir().join("holder.out"),
+            );
             kill_at = ctl.elapsed().as_secs_f64();
             ctl.mark_down(0);
             jfs.kill_client(0);

@@ -154,22 +154,35 @@ fn parts(state: &State) -> Vec<String> {
         .collect()
 }
 
-/// Waits until `pid` is stopped (state `T` in /proc/<pid>/stat).
+/// Waits until `pid` has reached its pause point.
 fn wait_stopped(pid: i32, out: &Path) {
-    let t = Instant::now();
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
-        if state == Some(Some('T')) {
-            return;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "process {pid} never reached its pause point ({stat}); stderr: {}",
-            read(out)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::wait_stopped(pid, Duration::from_secs(15), out);
+}
+
+/// Uploads `data` as `name` to the process listening on `sock`, from a thread (the process may
+/// pause in the middle: the caller joins once it has stopped or killed it).
+fn upload_in_thread(
+    sock: PathBuf,
+    token: String,
+    name: String,
+    data: Vec<u8>,
+) -> std::thread::JoinHandle<std::io::Result<FcgiResponse>> {
+    std::thread::spawn(move || {
+        let (ct, body) = common::multipart_file(&name, &data);
+        let auth = format!("Bearer {token}");
+        FcgiClient::unix(&sock).and_then(|mut c| {
+            c.request(
+                &[
+                    ("REQUEST_METHOD", "POST"),
+                    ("SCRIPT_NAME", "/upload.php"),
+                    ("CONTENT_TYPE", &ct),
+                    ("CONTENT_LENGTH", &body.len().to_string()),
+                    ("HTTP_AUTHORIZATION", &auth),
+                ],
+                &body,
+            )
+        })
+    })
 }
 
 /// SIGKILL at every point of a publication, over an existing version of the same size (the
@@ -204,24 +217,8 @@ fn sigkill_at_every_point_of_a_publication() {
                 assert_eq!(r.status, 200, "{}", r.text());
             }
             let mut victim = Proc::start(&state, &faulty, "victime", Some(point));
-            let (sock, tok, nm, data) =
-                (victim.sock.clone(), token.clone(), name.clone(), v2.clone());
-            let client = std::thread::spawn(move || {
-                let (ct, body) = common::multipart_file(&nm, &data);
-                let auth = format!("Bearer {tok}");
-                FcgiClient::unix(&sock).and_then(|mut c| {
-                    c.request(
-                        &[
-                            ("REQUEST_METHOD", "POST"),
-                            ("SCRIPT_NAME", "/upload.php"),
-                            ("CONTENT_TYPE", &ct),
-                            ("CONTENT_LENGTH", &body.len().to_string()),
-                            ("HTTP_AUTHORIZATION", &auth),
-                        ],
-                        &body,
-                    )
-                })
-            });
+            let client =
+                upload_in_thread(victim.sock.clone(), token.clone(), name.clone(), v2.clone());
             wait_stopped(victim.pid(), &victim.out);
             victim.guard.child.kill().unwrap();
             victim.guard.child.wait().unwrap();
@@ -483,23 +480,12 @@ fn lock_held_too_long_answers_503_then_recovers() {
     let v1 = bytes(10_000, 1);
     assert_eq!(healthy.upload(&token, "a", &v1).unwrap().status, 200);
     let mut holder = Proc::start(&state, &faulty, "porteur", Some("avant-renommage"));
-    let (sock, tok) = (holder.sock.clone(), token.clone());
-    let client = std::thread::spawn(move || {
-        let (ct, body) = common::multipart_file("b", &bytes(1000, 2));
-        let auth = format!("Bearer {tok}");
-        FcgiClient::unix(&sock).and_then(|mut c| {
-            c.request(
-                &[
-                    ("REQUEST_METHOD", "POST"),
-                    ("SCRIPT_NAME", "/upload.php"),
-                    ("CONTENT_TYPE", &ct),
-                    ("CONTENT_LENGTH", &body.len().to_string()),
-                    ("HTTP_AUTHORIZATION", &auth),
-                ],
-                &body,
-            )
-        })
-    });
+    let client = upload_in_thread(
+        holder.sock.clone(),
+        token.clone(),
+        "b".into(),
+        bytes(1000, 2),
+    );
     wait_stopped(holder.pid(), &holder.out);
     // An old orphan, left while the lock is held: the sweeps have something to remove, so
     // they need the store lock (they read the store without it).

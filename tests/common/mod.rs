@@ -39,6 +39,25 @@ pub fn tools_call(id: i64, arguments: serde_json::Value) -> serde_json::Value {
         "params": {"name": "recuperer_fichier", "arguments": arguments}})
 }
 
+/// Waits until `pid` is stopped (state `T` in `/proc/PID/stat`: a test pause point reached), at
+/// most `within`; on failure, says so with the process's output file `out`.
+pub fn wait_stopped(pid: i32, within: Duration, out: &Path) {
+    let t = Instant::now();
+    loop {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
+        if state == Some(Some('T')) {
+            return;
+        }
+        assert!(
+            t.elapsed() < within,
+            "process {pid} never reached its pause point ({stat}); output: {}",
+            fs::read_to_string(out).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Root of the repository (where `apache/` and `Cargo.toml` live).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

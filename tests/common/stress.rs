@@ -815,6 +815,12 @@ pub fn stress(label: &str, target: Target, token: &str, files: &Path, config: &P
     let s = stress_with(&opts, target, token, (files, config, logs), |_| {
         std::thread::sleep(Duration::from_secs(seconds))
     });
+    assert_no_violations(label, &s);
+}
+
+/// The verdict of a run: no violation (the first 20 listed otherwise), and enough successful
+/// reads for that to mean something.
+pub fn assert_no_violations(label: &str, s: &Summary) {
     assert!(
         s.violations.is_empty(),
         "{label}: {} violations, first ones:\n{}",

@@ -173,15 +173,22 @@ fn sigterm_with_a_request_in_flight() {
     );
 }
 
-#[test]
-fn inherited_unix_socket_on_fd0() {
+/// The responder started the mod_fcgid way: a listening Unix socket (in a temporary folder,
+/// returned with its path) as its fd 0.
+fn spawn_on_inherited_unix_socket() -> (tempfile::TempDir, PathBuf, Child) {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("fcgid.sock");
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    let mut child = command()
+    let child = command()
         .stdin(Stdio::from(OwnedFd::from(listener)))
         .spawn()
         .unwrap();
+    (dir, sock, child)
+}
+
+#[test]
+fn inherited_unix_socket_on_fd0() {
+    let (_dir, sock, mut child) = spawn_on_inherited_unix_socket();
     let mut c = FcgiClient::unix(&sock).unwrap();
     // One connection at a time, as mod_fcgid expects.
     assert_eq!(get_max_conns(&mut c), "1");
@@ -215,13 +222,7 @@ fn whole_bodiless_request(id: u16, params: &[(&str, &str)]) -> Vec<u8> {
 
 #[test]
 fn inherited_unix_socket_answers_a_whole_bodiless_request_and_stops_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("fcgid.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    let mut child = command()
-        .stdin(Stdio::from(OwnedFd::from(listener)))
-        .spawn()
-        .unwrap();
+    let (_dir, sock, mut child) = spawn_on_inherited_unix_socket();
     for _ in 0..3 {
         let mut c = FcgiClient::unix(&sock).unwrap();
         let get = [("REQUEST_METHOD", "GET"), ("QUERY_STRING", "")];

@@ -4,45 +4,18 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::Guard;
-use common::config::{RESOURCE, TestConfig};
+use common::ListenWithIntrospection;
 use common::fcgi::FcgiClient;
-use common::introspection::{self, IntrospectionServer};
+use common::introspection;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz012345-_.~";
 
-struct Server {
-    _guard: Guard,
-    _dir: tempfile::TempDir,
-    socket: PathBuf,
-    _idp: IntrospectionServer,
-}
+struct Server(ListenWithIntrospection);
 
 impl Server {
     fn start(extra: &str) -> Server {
-        let idp = IntrospectionServer::start(RESOURCE);
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        let config = root.join("config.toml");
-        TestConfig::new(root)
-            .set("token_acces", TOKEN)
-            .introspection(
-                &idp.url(),
-                introspection::CLIENT_ID,
-                introspection::CLIENT_SECRET,
-            )
-            .extra(extra)
-            .write(&config);
-        let (guard, socket) = common::listen_unix(&config, root);
-        Server {
-            _guard: guard,
-            _dir: dir,
-            socket,
-            _idp: idp,
-        }
+        Server(ListenWithIntrospection::start(TOKEN, extra))
     }
 
     /// A POST to /mcp.php with an accepted bearer token and these extra headers; the JSON answer.
@@ -60,7 +33,7 @@ impl Server {
             ("GATEWAY_INTERFACE", "CGI/1.1"),
         ];
         p.extend_from_slice(headers);
-        let r = FcgiClient::unix(&self.socket)
+        let r = FcgiClient::unix(&self.0.socket)
             .unwrap()
             .request(&p, body.as_bytes())
             .unwrap();

@@ -7,13 +7,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use base64::Engine;
-use common::Guard;
-use common::config::{RESOURCE, TestConfig};
+use common::ListenWithIntrospection;
 use common::fcgi::{FcgiClient, FcgiResponse};
-use common::introspection::{self, IntrospectionServer};
+use common::introspection;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz012345-_.~";
@@ -22,39 +19,15 @@ const MIB: usize = 1024 * 1024;
 /// whatever the batch (docs/GARANTIES.md, « Mémoire bornée »).
 const BOUND_KIB: u64 = 32 * 1024;
 
-struct Server {
-    guard: Guard,
-    _dir: tempfile::TempDir,
-    socket: PathBuf,
-    _idp: IntrospectionServer,
-}
+struct Server(ListenWithIntrospection);
 
 impl Server {
     fn start(extra: &str) -> Server {
-        let idp = IntrospectionServer::start(RESOURCE);
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        let config = root.join("config.toml");
-        TestConfig::new(root)
-            .set("token_acces", TOKEN)
-            .introspection(
-                &idp.url(),
-                introspection::CLIENT_ID,
-                introspection::CLIENT_SECRET,
-            )
-            .extra(extra)
-            .write(&config);
-        let (guard, socket) = common::listen_unix(&config, root);
-        Server {
-            guard,
-            _dir: dir,
-            socket,
-            _idp: idp,
-        }
+        Server(ListenWithIntrospection::start(TOKEN, extra))
     }
 
     fn call(&self, params: &[(&str, &str)], body: &[u8]) -> FcgiResponse {
-        let mut c = FcgiClient::unix(&self.socket).unwrap();
+        let mut c = FcgiClient::unix(&self.0.socket).unwrap();
         let len = body.len().to_string();
         let mut p: Vec<(&str, &str)> = params.to_vec();
         p.push(("CONTENT_LENGTH", &len));
@@ -96,7 +69,7 @@ impl Server {
     /// `VmHWM` of the server process, in KiB.
     fn peak_rss_kib(&self) -> u64 {
         let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.guard.child.id())).unwrap();
+            std::fs::read_to_string(format!("/proc/{}/status", self.0.guard.child.id())).unwrap();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))

@@ -415,6 +415,41 @@ pub fn listen_unix(config: &Path, root: &Path) -> (Guard, PathBuf) {
     (guard, socket)
 }
 
+/// The real binary on a `--listen` Unix socket ([`listen_unix`]), configured by
+/// [`config::TestConfig`] with `token_acces = token`, then `extra`, and introspection at a fresh
+/// [`introspection::IntrospectionServer`] for [`config::RESOURCE`]. Stops everything on drop.
+pub struct ListenWithIntrospection {
+    pub guard: Guard,
+    pub socket: PathBuf,
+    _idp: introspection::IntrospectionServer,
+    _dir: tempfile::TempDir,
+}
+
+impl ListenWithIntrospection {
+    pub fn start(token: &str, extra: &str) -> Self {
+        let idp = introspection::IntrospectionServer::start(config::RESOURCE);
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let config = root.join("config.toml");
+        config::TestConfig::new(root)
+            .set("token_acces", token)
+            .introspection(
+                &idp.url(),
+                introspection::CLIENT_ID,
+                introspection::CLIENT_SECRET,
+            )
+            .extra(extra)
+            .write(&config);
+        let (guard, socket) = listen_unix(&config, root);
+        ListenWithIntrospection {
+            guard,
+            socket,
+            _idp: idp,
+            _dir: dir,
+        }
+    }
+}
+
 /// Waits until something accepts TCP connections on 127.0.0.1:`port`, or `guard` exits.
 pub fn wait_port(port: u16, guard: &mut Guard, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;

@@ -416,6 +416,16 @@ fn read_only_store_answers_500_and_logs_with(interval: &str) {
     assert_eq!(p.upload(&token, "avant.bin", b"x").unwrap().status, 200);
     assert_eq!(p.get(&token, "avant.bin").status, 200);
     m.read_only();
+    // A live file is still served (read without the store lock); its download clock cannot be
+    // set. A name that needs the lock (absent here) answers 500, like an upload.
+    let r = p.get(&token, "avant.bin");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, &b"x"[..]),
+        "{}",
+        r.text()
+    );
+    assert_eq!(p.get(&token, "absent.bin").status, 500);
     let r = p.upload(&token, "ro.bin", &bytes(1000, 3)).unwrap();
     assert_eq!(r.status, 500, "{}", r.text());
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
@@ -448,10 +458,11 @@ fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
     );
 }
 
-/// A process stopped while it holds the exclusive store lock (`avant-renommage`): downloads,
-/// uploads and MCP reads of another process answer "store busy" (503 + `Retry-After`, or the MCP
-/// tool error of each era) within the lock deadline (700 ms here, `DEPOT_FICHIERS_TEST_DELAIS`),
-/// their sweeps skipped rather than failing them. The deadline is waited once per outage and per
+/// A process stopped while it holds the exclusive store lock (`avant-renommage`): a live file is
+/// still served (read without the lock); uploads, and downloads and MCP reads of a name that
+/// needs the lock (the one being published), answer "store busy" (503 + `Retry-After`, or the
+/// MCP tool error of each era) within the lock deadline (700 ms here,
+/// `DEPOT_FICHIERS_TEST_DELAIS`), their sweeps skipped rather than failing them. The deadline is waited once per outage and per
 /// process: after the first request's wait ran out, the next ones of the same process answer
 /// without waiting it again (a process serves its requests one after the other, so the waits
 /// added up: a dead JuiceFS client's lock held every request of a node for its whole session
@@ -500,9 +511,9 @@ fn lock_held_too_long_answers_503_then_recovers() {
         .unwrap();
 
     // `modern`: era 2026-07-28 (envelope `_meta` and routing headers); else 2025-06-18.
-    let mcp = |modern: bool| {
+    let mcp = |modern: bool, name: &str| {
         let mut params =
-            serde_json::json!({"name":"recuperer_fichier","arguments":{"nom_fichier":"a"}});
+            serde_json::json!({"name":"recuperer_fichier","arguments":{"nom_fichier":name}});
         let auth = format!("Bearer {}", intro::TOK_ACTIVE);
         let mut h = vec![
             ("CONTENT_TYPE", "application/json"),
@@ -538,11 +549,28 @@ fn lock_held_too_long_answers_503_then_recovers() {
         assert_eq!(v["erreur"], "stockage_occupe", "{what}");
         assert!(took < 3 * deadline, "{what}: answered after {took:?}");
     };
+    // A live file is served without the store lock (its sidecar names its inode): only the
+    // sweep waited, and was skipped.
     let t = Instant::now();
     let r = healthy.get(&token, "a");
-    busy("téléchargement", &r, t.elapsed());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.body == v1);
+    assert!(
+        t.elapsed() < 3 * deadline,
+        "answered after {:?}",
+        t.elapsed()
+    );
     // The same process again: it only probes the lock (50 ms) instead of waiting the deadline
-    // once for its sweep and once more for the request.
+    // once for its sweep and once more for the request. `b`, being published by the stopped
+    // holder, is not there: telling "absent" from "half published" needs the lock.
+    let t = Instant::now();
+    let r = healthy.get(&token, "b");
+    busy("téléchargement", &r, t.elapsed());
+    assert!(
+        t.elapsed() < deadline,
+        "téléchargement waited again: {:?}",
+        t.elapsed()
+    );
     let t = Instant::now();
     let r = healthy.upload(&token, "c", b"c").unwrap();
     busy("dépôt", &r, t.elapsed());
@@ -552,7 +580,7 @@ fn lock_held_too_long_answers_503_then_recovers() {
         t.elapsed()
     );
     let t = Instant::now();
-    let modern = mcp(true);
+    let modern = mcp(true, "b");
     assert!(
         t.elapsed() < deadline,
         "MCP waited again: {:?}",
@@ -560,7 +588,7 @@ fn lock_held_too_long_answers_503_then_recovers() {
     );
     assert_eq!(modern["result"]["isError"], true, "{modern}");
     assert!(modern.to_string().contains("occupé"), "{modern}");
-    let legacy = mcp(false);
+    let legacy = mcp(false, "b");
     assert_eq!(legacy["error"]["code"], -32000, "{legacy}");
     assert!(legacy.to_string().contains("occupé"), "{legacy}");
     let log = read(&state.log_file());
@@ -575,8 +603,8 @@ fn lock_held_too_long_answers_503_then_recovers() {
     assert!(r.body == v1);
     assert!(!orphan.exists(), "the sweep did not resume");
     assert_eq!(healthy.upload(&token, "c", b"c").unwrap().status, 200);
-    assert_eq!(mcp(true)["result"]["isError"], false);
-    assert!(mcp(false)["result"]["structuredContent"]["url_telechargement"].is_string());
+    assert_eq!(mcp(true, "a")["result"]["isError"], false);
+    assert!(mcp(false, "a")["result"]["structuredContent"]["url_telechargement"].is_string());
 }
 
 /// The authorization server down, slow, or answering garbage: 503 + Retry-After, no

@@ -1,6 +1,6 @@
 //! The store lock `.tmp/verrou`, held shared or exclusive through a guard that unlocks on drop.
 //!
-//! Shared: lookups reading a (file, sidecar) pair, writers creating and flock-ing their `.part`
+//! Shared: lookups reading a (file, sidecar) pair that does not prove itself whole by its inode, writers creating and flock-ing their `.part`
 //! files. Exclusive: publication's two renames, every deletion, and the probe of `.part` locks.
 //! What a function needs is written in its signature: one that may only run under the exclusive
 //! lock takes an [`ExclusiveGuard`] as proof.

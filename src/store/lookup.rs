@@ -36,30 +36,22 @@ impl Store {
     /// The file a request is about: `Ok(None)` when missing, without sidecar, mismatched, or
     /// expired (an expired file, or an orphan older than `duree_max_depot_secondes`, is deleted
     /// on the spot).
+    ///
+    /// First without the store lock: a sidecar that names the inode of the file opened under
+    /// its name proves the pair whole (a sidecar is written for one inode, and an open file's
+    /// inode cannot be handed to another file), so a live pair found that way is exactly what a
+    /// read under the lock would serve. A reader between the two renames of a publication sees
+    /// a sidecar of another inode, and a removal leaves no sidecar: those, like everything that
+    /// is not a live pair (and sidecars older than the inode field), are read again under the
+    /// shared lock, where expired pairs and old orphans are removed.
     pub fn lookup(&self, name: &Name) -> Result<Option<Found>, StoreError> {
+        if let Some(found) = self.live_pair(name, now_secs(), Proof::Inode)? {
+            return Ok(Some(found));
+        }
         let lock = self.lock_shared()?;
         let now = now_secs();
-        let file = match open_at(&self.root_fd, name.as_str(), OFlags::RDONLY) {
-            Ok(f) => Some(f),
-            Err(e) if is_absent(&e) => None,
-            Err(e) => return Err(StoreError::Io(e)),
-        };
-        if let (Some(file), Some(sc)) = (file, self.read_sidecar(name)) {
-            let m = file.metadata()?;
-            let facts = FileFacts {
-                size: m.len(),
-                ino: m.ino(),
-                mtime: m.mtime(),
-                is_file: m.is_file(),
-            };
-            if self.lifetimes.live(&sc, facts, now).is_some() {
-                return Ok(Some(Found {
-                    size: m.len(),
-                    ino: m.ino(),
-                    file,
-                    sidecar: sc,
-                }));
-            }
+        if let Some(found) = self.live_pair(name, now, Proof::Lock)? {
+            return Ok(Some(found));
         }
         // Not servable. Only an expired pair or an old orphan is removed now, re-checked under
         // the exclusive lock so that a concurrent re-publication survives; a mismatched pair or
@@ -73,6 +65,35 @@ impl Store {
             self.remove_pair(name, &lock);
         }
         Ok(None)
+    }
+
+    /// The pair of `name` when it is whole and alive; see [`Store::lookup`] for what `proof`
+    /// accepts.
+    fn live_pair(&self, name: &Name, now: i64, proof: Proof) -> Result<Option<Found>, StoreError> {
+        let file = match open_at(&self.root_fd, name.as_str(), OFlags::RDONLY) {
+            Ok(f) => f,
+            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) => return Err(StoreError::Io(e)),
+        };
+        let Some(sc) = self.read_sidecar(name) else {
+            return Ok(None);
+        };
+        if proof == Proof::Inode && sc.inode.is_none() {
+            return Ok(None);
+        }
+        let m = file.metadata()?;
+        let facts = FileFacts {
+            size: m.len(),
+            ino: m.ino(),
+            mtime: m.mtime(),
+            is_file: m.is_file(),
+        };
+        Ok(self.lifetimes.live(&sc, facts, now).map(|_| Found {
+            size: m.len(),
+            ino: m.ino(),
+            file,
+            sidecar: sc,
+        }))
     }
 
     /// The exact verdict on `name`, under the exclusive lock: what may be removed. Also says
@@ -119,11 +140,41 @@ impl Store {
         let _ = rustix::fs::unlinkat(&self.root_fd, name.as_str(), AtFlags::empty());
     }
 
-    /// Reads and parses a sidecar (small: refuses anything over 4 KiB).
+    /// Reads and parses a sidecar (small: refuses anything over [`SIDECAR_MAX`] bytes). One
+    /// `read` when it brings a whole sidecar (a read of a regular file is short only at its
+    /// end); otherwise the rest is read up to the limit.
     fn read_sidecar(&self, name: &Name) -> Option<Sidecar> {
-        let f = open_at(&self.meta_fd, name.sidecar_file_name(), OFlags::RDONLY).ok()?;
-        let mut buf = Vec::with_capacity(256);
-        f.take(4096).read_to_end(&mut buf).ok()?;
-        serde_json::from_slice(&buf).ok()
+        let mut f = open_at(&self.meta_fd, name.sidecar_file_name(), OFlags::RDONLY).ok()?;
+        let mut buf = [0u8; SIDECAR_MAX + 1];
+        let mut len = f.read(&mut buf).ok()?;
+        if len < buf.len()
+            && let Ok(sc) = serde_json::from_slice(&buf[..len])
+        {
+            return Some(sc);
+        }
+        while len < buf.len() {
+            match f.read(&mut buf[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        if len > SIDECAR_MAX {
+            return None;
+        }
+        serde_json::from_slice(&buf[..len]).ok()
     }
+}
+
+/// The largest sidecar read (ours are about 150 bytes).
+const SIDECAR_MAX: usize = 4096;
+
+/// What proves a pair whole in [`Store::live_pair`].
+#[derive(PartialEq, Clone, Copy)]
+enum Proof {
+    /// No lock held: only a sidecar that names the file's inode.
+    Inode,
+    /// The store lock held shared: no publication is half done.
+    Lock,
 }

@@ -13,8 +13,10 @@
 //! `publish.rs` uploads, the sidecar write and the two renames.
 //!
 //! Concurrency (several processes, any of which can be SIGKILLed):
-//! - publication renames the sidecar then the file under the store lock held exclusively, and
-//!   lookups read the pair under the lock held shared: a reader never sees half a publication;
+//! - publication renames the sidecar then the file under the store lock held exclusively; a
+//!   lookup serves a pair read without the lock only when the sidecar names the opened file's
+//!   inode, and reads anything else again under the lock held shared: a reader never serves
+//!   half a publication;
 //! - every deletion re-checks its candidate under the exclusive lock (the functions that delete
 //!   take an `ExclusiveGuard`), so a sweep never removes a file that an upload has just
 //!   (re)published;
@@ -147,6 +149,15 @@ fn libc_edquot() -> i32 {
     rustix::io::Errno::DQUOT.raw_os_error()
 }
 
+/// The sweep-cadence marker as this process last read it (see `sweep.rs`).
+#[derive(Default)]
+struct KeptMarker {
+    /// The marker, opened read-only.
+    file: Option<File>,
+    /// Until when the marker is known to say "swept recently".
+    quiet_until: Option<std::time::SystemTime>,
+}
+
 /// A handle on the store of one configuration.
 pub struct Store {
     root: PathBuf,
@@ -160,7 +171,7 @@ pub struct Store {
     capacity: u64,
     /// The sweep-cadence marker kept open between requests, only to read its mtime (`fstat`);
     /// locking and stamping it go through a descriptor opened anew (see [`Store::sweep`]).
-    sweep_marker: std::sync::Mutex<Option<File>>,
+    sweep_marker: std::sync::Mutex<KeptMarker>,
     /// Whether this process is waiting out a store lock that is not let go (see `lock.rs`).
     lock_outage: lock::Outage,
 }
@@ -188,7 +199,7 @@ impl Store {
             sweep_interval: Duration::from_millis(cfg.balayage_intervalle_min_ms),
             max_file: cfg.taille_max_fichier_octets,
             capacity: cfg.taille_max_totale_octets,
-            sweep_marker: std::sync::Mutex::new(None),
+            sweep_marker: std::sync::Mutex::new(KeptMarker::default()),
             lock_outage: lock::Outage::default(),
         })
     }

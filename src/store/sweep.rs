@@ -81,22 +81,46 @@ impl Store {
     /// name (removed or replaced: the descriptor is dropped and reopened next time). Kept open
     /// read-only (it is only `fstat`-ed): a descriptor open for writing would make an
     /// administrator's `mount -o remount,ro` of the store fail with EBUSY.
+    ///
+    /// A marker stamped at `t` (not in the future) answers "recent" until `t + interval`
+    /// whatever happens meanwhile (a later sweep only stamps a later time), so until then the
+    /// answer is remembered instead of asking the filesystem again at every request. What that
+    /// can delay, by less than one interval and only in this process: noticing that the marker
+    /// was removed, or stamped earlier by a node whose clock is behind.
     fn swept_recently_kept_open(&self) -> bool {
         let mut kept = self.sweep_marker.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.is_none() {
-            *kept = open_at(&self.tmp_fd, SWEEP_MARKER, OFlags::RDONLY).ok();
+        let now = SystemTime::now();
+        if let Some(until) = kept.quiet_until {
+            // A clock set back since would make `until` lie further ahead than one interval.
+            if until
+                .duration_since(now)
+                .is_ok_and(|left| left <= self.sweep_interval)
+            {
+                return true;
+            }
+            kept.quiet_until = None;
         }
-        let Some(m) = kept.as_ref().and_then(|f| f.metadata().ok()) else {
-            *kept = None;
+        if kept.file.is_none() {
+            kept.file = open_at(&self.tmp_fd, SWEEP_MARKER, OFlags::RDONLY).ok();
+        }
+        let Some(m) = kept.file.as_ref().and_then(|f| f.metadata().ok()) else {
+            kept.file = None;
             return false;
         };
         if m.nlink() == 0 {
-            *kept = None;
+            kept.file = None;
             return false;
         }
-        m.len() > 0
-            && m.modified()
-                .is_ok_and(|t| stamped_recently(t, self.sweep_interval))
+        let Some(stamp) = m.modified().ok().filter(|_| m.len() > 0) else {
+            return false;
+        };
+        if !stamped_recently(stamp, self.sweep_interval) {
+            return false;
+        }
+        if stamp <= now {
+            kept.quiet_until = Some(stamp + self.sweep_interval);
+        }
+        true
     }
 
     /// A full sweep that does not read the stored files when none of them can have expired yet.

@@ -370,7 +370,7 @@ fn t_multipart(data: &[u8]) -> String {
             resp.headers
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("Content-Type"))
-                .map(|(_, v)| v.as_str()),
+                .map(|(_, v)| v.as_ref()),
             Some("application/json"),
             "status {status}"
         );

@@ -4,6 +4,8 @@
 //! most ≈ 192 KiB, may still be on their way: README, « Ce qui compte comme téléchargement »);
 //! HEAD and 416 do not count as downloads.
 
+use std::fmt::Write;
+
 use crate::app::{App, token_matches};
 use crate::error::ApiError;
 use crate::http::{Request, Response, ResponseBody};
@@ -25,13 +27,14 @@ pub fn handle(app: &App, req: &Request) -> Response {
             } else {
                 "téléchargement"
             };
-            let range = range
-                .map(|(a, b)| format!(" (octets {a}-{b})"))
-                .unwrap_or_default();
-            app.log.ok(&format!(
-                "{verb} /download.php — {what} \"{}\"{range}",
+            let mut line = format!(
+                "{verb} /download.php — {what} \"{}\"",
                 quoted(name.as_str())
-            ));
+            );
+            if let Some((a, b)) = range {
+                let _ = write!(line, " (octets {a}-{b})");
+            }
+            app.log.ok(&line);
             resp
         }
         Err(e) => {

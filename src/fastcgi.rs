@@ -401,9 +401,13 @@ async fn serve_inherited_unix(
     };
     let mut stop = std::pin::pin!(stop);
     while let Some(l) = listener.as_ref() {
+        // `biased`: a connection already waiting is taken without polling the signal streams
+        // (mod_fcgid stops handing connections to a process before it signals it, so SIGTERM
+        // is seen at the latest once the backlog is empty).
         let accepted = tokio::select! {
-            () = &mut stop => break,
+            biased;
             s = accept_unix(l) => s,
+            () = &mut stop => break,
         };
         let stream = match accepted {
             Ok(s) => s,
@@ -419,7 +423,10 @@ async fn serve_inherited_unix(
             std::panic::AssertUnwindSafe(conn::serve_inherited_unix(stream, &handler, &config))
                 .catch_unwind();
         let mut conn = std::pin::pin!(conn);
+        // `biased`: a request answered in place completes at the first poll, without polling
+        // the signal streams.
         let res = tokio::select! {
+            biased;
             res = &mut conn => res,
             () = &mut stop => {
                 listener = None;

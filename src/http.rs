@@ -5,6 +5,7 @@
 //! output format (`Status:` line, headers, blank line, body) on any `AsyncWrite`; the FastCGI layer
 //! wraps that writer in STDOUT records, the CGI layer writes it to stdout.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io;
 use std::pin::Pin;
@@ -351,8 +352,8 @@ pub fn parts_to_vec(parts: &[Part]) -> io::Result<Vec<u8>> {
 pub struct Response {
     /// HTTP status.
     pub status: u16,
-    /// Headers, in order.
-    pub headers: Vec<(String, String)>,
+    /// Headers, in order (names are this program's own; values mostly constants).
+    pub headers: Vec<(&'static str, Cow<'static, str>)>,
     /// The body.
     pub body: ResponseBody,
 }
@@ -368,8 +369,8 @@ impl Response {
     }
 
     /// Adds a header.
-    pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
-        self.headers.push((name.to_string(), value.into()));
+    pub fn header(mut self, name: &'static str, value: impl Into<Cow<'static, str>>) -> Self {
+        self.headers.push((name, value.into()));
         self
     }
 
@@ -404,7 +405,7 @@ impl Response {
         };
         if let Some(len) = len {
             self.headers
-                .push(("Content-Length".to_string(), len.to_string()));
+                .push(("Content-Length", len.to_string().into()));
         }
         self.body = ResponseBody::Empty;
         self
@@ -415,7 +416,7 @@ impl Response {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
     }
 }
 
@@ -443,29 +444,64 @@ pub fn reason_phrase(status: u16) -> &'static str {
 /// Size of the reads from a file being sent (one FastCGI record at most).
 pub const FILE_CHUNK: usize = 64 * 1024 - 8;
 
-/// Writes `resp` in CGI response format. An error means the client (or the web server) is gone: callers treat it as such, never as a crash.
-pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) -> io::Result<()> {
-    let mut head = format!("Status: {} {}\r\n", resp.status, reason_phrase(resp.status));
+/// Appends the `Status:` line, the headers, `Content-Length` when `len` is given, and the blank
+/// line.
+fn write_head(resp: &Response, len: Option<u64>, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let _ = write!(
+        out,
+        "Status: {} {}\r\n",
+        resp.status,
+        reason_phrase(resp.status)
+    );
     for (n, v) in &resp.headers {
-        head.push_str(n);
-        head.push_str(": ");
+        out.extend_from_slice(n.as_bytes());
+        out.extend_from_slice(b": ");
         // Header values are built by this program; strip CR/LF all the same (defence in depth).
         if v.contains(['\r', '\n']) {
-            head.extend(v.chars().filter(|c| *c != '\r' && *c != '\n'));
+            out.extend(v.bytes().filter(|&b| b != b'\r' && b != b'\n'));
         } else {
-            head.push_str(v);
+            out.extend_from_slice(v.as_bytes());
         }
-        head.push_str("\r\n");
+        out.extend_from_slice(b"\r\n");
     }
-    match resp.body {
-        ResponseBody::Empty => {
-            head.push_str("\r\n");
-            out.write_all(head.as_bytes()).await?;
+    if let Some(len) = len {
+        let _ = write!(out, "Content-Length: {len}\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The body length of a response that [`render_small`] can build in memory: `None` for a body
+/// of parts, or one longer than `max`.
+pub fn small_body_len(resp: &Response, max: u64) -> Option<u64> {
+    let len = match &resp.body {
+        ResponseBody::Empty => 0,
+        ResponseBody::Bytes(b) => b.len() as u64,
+        ResponseBody::File { len, .. } => *len,
+        ResponseBody::Parts(_) => return None,
+    };
+    (len <= max).then_some(len)
+}
+
+/// Appends `resp` in CGI response format to `out`, reading a file body straight into it: for
+/// the responses [`small_body_len`] accepts. The file of a download is touched here, once its
+/// bytes are in the response (the caller then hands it to the connection in one write). An
+/// error (reading the file) leaves `out` with the head and part of the body.
+pub fn render_small(resp: Response, out: &mut Vec<u8>) -> io::Result<()> {
+    let len = match &resp.body {
+        ResponseBody::Empty => None,
+        ResponseBody::Bytes(b) => Some(b.len() as u64),
+        ResponseBody::File { len, .. } => Some(*len),
+        ResponseBody::Parts(_) => {
+            return Err(io::Error::other("render_small : corps en parties"));
         }
+    };
+    write_head(&resp, len, out);
+    match resp.body {
+        ResponseBody::Empty | ResponseBody::Parts(_) => Ok(()),
         ResponseBody::Bytes(b) => {
-            head.push_str(&format!("Content-Length: {}\r\n\r\n", b.len()));
-            out.write_all(head.as_bytes()).await?;
-            out.write_all(&b).await?;
+            out.extend_from_slice(&b);
+            Ok(())
         }
         ResponseBody::File {
             file,
@@ -473,8 +509,62 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
             len,
             touch_when_sent,
         } => {
-            head.push_str(&format!("Content-Length: {len}\r\n\r\n"));
-            out.write_all(head.as_bytes()).await?;
+            read_file_into(&file, offset, len, out)?;
+            if touch_when_sent {
+                let _ = file.set_modified(std::time::SystemTime::now());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Appends `len` bytes of `file` from `offset` to `out`, read straight into it (no buffer of its
+/// own, no copy).
+fn read_file_into(file: &File, offset: u64, len: u64, out: &mut Vec<u8>) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let start = out.len();
+    out.resize(start + len as usize, 0);
+    let mut filled = 0;
+    while filled < len as usize {
+        match file.read_at(&mut out[start + filled..], offset + filled as u64) {
+            Ok(0) => {
+                out.truncate(start + filled);
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "fichier tronqué pendant l'envoi",
+                ));
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                out.truncate(start + filled);
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes `resp` in CGI response format. An error means the client (or the web server) is gone: callers treat it as such, never as a crash.
+pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) -> io::Result<()> {
+    let len = match &resp.body {
+        ResponseBody::Empty => None,
+        ResponseBody::Bytes(b) => Some(b.len() as u64),
+        ResponseBody::File { len, .. } => Some(*len),
+        ResponseBody::Parts(parts) => Some(parts.iter().map(Part::len).sum()),
+    };
+    let mut head = Vec::with_capacity(512);
+    write_head(&resp, len, &mut head);
+    out.write_all(&head).await?;
+    match resp.body {
+        ResponseBody::Empty => {}
+        ResponseBody::Bytes(b) => out.write_all(&b).await?,
+        ResponseBody::File {
+            file,
+            offset,
+            len,
+            touch_when_sent,
+        } => {
             send_file_range(&file, offset, len, out).await?;
             out.flush().await?;
             if touch_when_sent {
@@ -484,12 +574,7 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
             }
             return Ok(());
         }
-        ResponseBody::Parts(parts) => {
-            let len: u64 = parts.iter().map(Part::len).sum();
-            head.push_str(&format!("Content-Length: {len}\r\n\r\n"));
-            out.write_all(head.as_bytes()).await?;
-            send_parts(&parts, out).await?;
-        }
+        ResponseBody::Parts(parts) => send_parts(&parts, out).await?,
     }
     out.flush().await
 }

@@ -92,26 +92,38 @@ pub fn redact(secret: &str) -> String {
 /// forge a field or a line: splitting a line on ` — ` gives its real fields. Invalid UTF-8 is
 /// shown as U+FFFD.
 pub fn quoted(text: impl AsRef<[u8]>) -> String {
-    String::from_utf8_lossy(text.as_ref())
+    let bytes = text.as_ref();
+    // Most names: printable ASCII with nothing to escape, copied as they are.
+    if bytes
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    String::from_utf8_lossy(bytes)
         .split('\u{2014}')
         .map(|part| part.escape_debug().to_string())
         .collect::<Vec<_>>()
         .join("\\u{2014}")
 }
 
+const OK: &str = " — OK";
+const REFUSED: &str = " — REFUSÉ";
+const ERROR: &str = " — ERREUR";
+
 /// The shape of a line that reports a success (contract §8): `<what> — OK`.
 pub fn ok_line(what: &str) -> String {
-    format!("{what} — OK")
+    format!("{what}{OK}")
 }
 
 /// The shape of a line that reports a refusal (contract §8): `<what> — REFUSÉ`.
 pub fn refused_line(what: &str) -> String {
-    format!("{what} — REFUSÉ")
+    format!("{what}{REFUSED}")
 }
 
 /// The shape of a line that reports a failure of the program itself: `<what> — ERREUR`.
 pub fn error_line(what: &str) -> String {
-    format!("{what} — ERREUR")
+    format!("{what}{ERROR}")
 }
 
 impl Log {
@@ -158,13 +170,19 @@ impl Log {
 
     /// One significant operation.
     pub fn line(&self, text: &str) {
-        let mut line = String::with_capacity(64 + text.len());
+        self.line_of(text, "");
+    }
+
+    /// One line: `text` then `outcome` (a constant of this module), after the date and host.
+    fn line_of(&self, text: &str, outcome: &str) {
+        let mut line = String::with_capacity(64 + text.len() + outcome.len());
         self.push_stamp(&mut line);
         if text.contains(['\n', '\r']) {
             line.push_str(&text.replace(['\n', '\r'], " "));
         } else {
             line.push_str(text);
         }
+        line.push_str(outcome);
         line.push('\n');
         // Keep a runaway line (debug dumps) from blowing the size bound.
         if line.len() > 16 * 1024 {
@@ -199,17 +217,17 @@ impl Log {
 
     /// A success: [`ok_line`].
     pub fn ok(&self, what: &str) {
-        self.line(&ok_line(what));
+        self.line_of(what, OK);
     }
 
     /// A refusal: [`refused_line`].
     pub fn refused(&self, what: &str) {
-        self.line(&refused_line(what));
+        self.line_of(what, REFUSED);
     }
 
     /// A failure of the program itself: [`error_line`].
     pub fn error(&self, what: &str) {
-        self.line(&error_line(what));
+        self.line_of(what, ERROR);
     }
 
     /// Only with `debug = true`.

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Handler;
 use super::record::{self, DecodeError};
-use crate::http::{Body, Request, Response, ResponseBody, write_response};
+use crate::http::{self, Body, Request, Response, write_response};
 
 /// Largest total size of a request's PARAMS stream; above it the request is refused.
 pub const MAX_PARAMS_LEN: usize = 1 << 20;
@@ -799,27 +799,23 @@ enum Answer {
 async fn respond_bodiless(mut a: Active, handler: &Handler) -> Result<Answer, ConnError> {
     let raw = a.params.take().unwrap_or_default();
     let params = record::parse_params(raw, MAX_PARAMS_LEN)?;
-    let (tx, body) = Body::channel();
-    // An empty body: the sender is gone before the handler reads.
-    drop(tx);
-    let resp = handler(Request { params, body }).await;
+    let resp = handler(Request {
+        params,
+        body: Body::empty(),
+    })
+    .await;
     a.stdin_done = true;
-    let small = match &resp.body {
-        ResponseBody::Empty => Some(0),
-        ResponseBody::Bytes(b) => Some(b.len() as u64),
-        ResponseBody::File { len, .. } => Some(*len),
-        ResponseBody::Parts(_) => None,
-    };
-    let Some(body_len) = small.filter(|&n| n <= DIRECT_MAX_BODY) else {
+    let Some(body_len) = http::small_body_len(&resp, DIRECT_MAX_BODY) else {
         a.start_writing(resp);
         return Ok(Answer::Large(a));
     };
     let id = a.id;
-    // One STDOUT record is built in place behind a header placeholder.
+    // One STDOUT record is built in place behind a header placeholder (room for the head, the
+    // body and the closing records).
     let mut out = Vec::with_capacity(body_len as usize + 1024);
     out.extend_from_slice(&[0; record::HEADER_LEN]);
-    // Writing into memory fails only on reading the file: the response is cut short.
-    let app_status = match write_response(resp, &mut out).await {
+    // Rendering fails only on reading the file: the response is cut short.
+    let app_status = match http::render_small(resp, &mut out) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("depot-fichiers : fastcgi : réponse interrompue : {e}");
@@ -859,17 +855,19 @@ pub async fn serve_inherited_unix(
     handler: &Handler,
     config: &ConnConfig,
 ) -> Result<(), ConnError> {
-    use std::io::{Read, Write};
+    use std::io::Write;
 
-    let mut first = [0u8; 16 * 1024];
-    let received = match (&stream).read(&mut first) {
+    // Read into spare capacity (no zeroed array); copied only if the connection loop takes over.
+    let mut received = Vec::with_capacity(16 * 1024);
+    match rustix::io::read(&stream, rustix::buffer::spare_capacity(&mut received)) {
         // Closed before sending anything.
         Ok(0) => return Ok(()),
-        Ok(n) => BytesMut::from(&first[..n]),
-        Err(_) => BytesMut::new(),
-    };
+        Ok(_) => {}
+        Err(_) => received.clear(),
+    }
     let Some((id, raw)) = whole_bodiless_request(&received) else {
         let (r, w) = register(stream)?.into_split();
+        let received = BytesMut::from(&received[..]);
         return serve_connection_from(r, w, handler, config, received, None).await;
     };
     let mut a = Active::new(id, false);
@@ -909,7 +907,8 @@ pub async fn serve_inherited_unix(
         let _ = s.shutdown().await;
         return Ok(());
     }
-    let _ = stream.shutdown(std::net::Shutdown::Write);
+    // Everything the web server sent has been read: closing (on drop) ends the connection
+    // cleanly, no `shutdown` needed.
     Ok(())
 }
 

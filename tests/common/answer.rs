@@ -23,7 +23,11 @@ impl Answer {
         };
         Answer {
             status: r.status,
-            headers: r.headers,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v.into_owned()))
+                .collect(),
             body,
         }
     }

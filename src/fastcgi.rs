@@ -400,6 +400,7 @@ async fn serve_inherited_unix(
         deadlines: conn::Deadlines::from_env(),
     };
     let mut stop = std::pin::pin!(stop);
+    let mut buffers = conn::Buffers::default();
     while let Some(l) = listener.as_ref() {
         // `biased`: a connection already waiting is taken without polling the signal streams
         // (mod_fcgid stops handing connections to a process before it signals it, so SIGTERM
@@ -420,7 +421,12 @@ async fn serve_inherited_unix(
         };
         // A panic in a handler ends its connection, not the process (as a task would).
         let conn =
-            std::panic::AssertUnwindSafe(conn::serve_inherited_unix(stream, &handler, &config))
+            std::panic::AssertUnwindSafe(conn::serve_inherited_unix(
+            stream,
+            &handler,
+            &config,
+            &mut buffers,
+        ))
                 .catch_unwind();
         let mut conn = std::pin::pin!(conn);
         // `biased`: a request answered in place completes at the first poll, without polling

@@ -363,7 +363,8 @@ impl Response {
     pub fn new(status: u16) -> Self {
         Response {
             status,
-            headers: Vec::new(),
+            // A download sends 8 headers: room for them without growing step by step.
+            headers: Vec::with_capacity(10),
             body: ResponseBody::Empty,
         }
     }
@@ -511,6 +512,8 @@ pub fn render_small(resp: Response, out: &mut Vec<u8>) -> io::Result<()> {
         } => {
             read_file_into(&file, offset, len, out)?;
             if touch_when_sent {
+                // The inode we served, even if the name was re-published meanwhile; an unlinked
+                // file is touched harmlessly.
                 let _ = file.set_modified(std::time::SystemTime::now());
             }
             Ok(())
@@ -630,6 +633,94 @@ async fn send_file_range<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The in-memory rendering of the fast path writes exactly what [`write_response`] writes,
+    /// and touches a downloaded file the same way.
+    #[tokio::test]
+    async fn render_small_writes_what_write_response_writes() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("f");
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let file = |touch: bool| {
+            let f = File::open(&path).unwrap();
+            File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+            (f, touch)
+        };
+        let responses: Vec<(Box<dyn Fn() -> Response + '_>, bool)> = vec![
+            (
+                Box::new(|| Response::json(404, &serde_json::json!({"succes": false}))),
+                false,
+            ),
+            (
+                Box::new(|| Response::new(204).header("X-Un", "a\r\nb").head_only()),
+                false,
+            ),
+            (
+                Box::new(move || {
+                    let (f, touch) = file(true);
+                    let mut r = Response::new(200).header("ETag", format!("\"{}\"", 7));
+                    r.body = ResponseBody::File {
+                        file: f,
+                        offset: 0,
+                        len: 20_000,
+                        touch_when_sent: touch,
+                    };
+                    r
+                }),
+                true,
+            ),
+            (
+                Box::new(move || {
+                    let (f, touch) = file(false);
+                    let mut r = Response::new(206);
+                    r.body = ResponseBody::File {
+                        file: f,
+                        offset: 5,
+                        len: 10,
+                        touch_when_sent: touch,
+                    };
+                    r
+                }),
+                false,
+            ),
+        ];
+        drop(file(false));
+        for (make, touched) in responses {
+            let mut streamed = Vec::new();
+            write_response(make(), &mut streamed).await.unwrap();
+            let streamed_mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+            let mut rendered = b"prefix".to_vec();
+            let resp = make();
+            assert!(small_body_len(&resp, 64 * 1024).is_some());
+            render_small(resp, &mut rendered).unwrap();
+            let rendered_mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+            assert_eq!(&rendered[..6], b"prefix");
+            assert_eq!(
+                String::from_utf8_lossy(&rendered[6..]),
+                String::from_utf8_lossy(&streamed)
+            );
+            assert_eq!(rendered_mtime != old, touched);
+            assert_eq!(streamed_mtime != old, touched);
+        }
+        let mut tail = Vec::new();
+        let mut r = Response::new(200);
+        r.body = ResponseBody::File {
+            file: File::open(&path).unwrap(),
+            offset: 19_990,
+            len: 20,
+            touch_when_sent: false,
+        };
+        let e = render_small(r, &mut tail).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(tail.ends_with(&data[19_990..]), "the bytes read are kept");
+    }
 
     #[tokio::test]
     async fn cgi_output_format() {

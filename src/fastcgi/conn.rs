@@ -775,7 +775,7 @@ async fn answer_bodiless<W: AsyncWrite + Unpin>(
     writer: &mut W,
     stall: Duration,
 ) -> Result<Option<Active>, ConnError> {
-    match respond_bodiless(a, handler).await? {
+    match respond_bodiless(a, handler, Vec::new()).await? {
         Answer::Large(a) => Ok(Some(a)),
         Answer::Small(out) => {
             write_all(writer, &out, stall)
@@ -795,8 +795,13 @@ enum Answer {
 }
 
 /// Runs the handler of a request without a body (`a.params` complete) and frames a small
-/// response; see [`answer_bodiless`].
-async fn respond_bodiless(mut a: Active, handler: &Handler) -> Result<Answer, ConnError> {
+/// response into `out` (emptied first; a buffer kept from an earlier request keeps its room);
+/// see [`answer_bodiless`].
+async fn respond_bodiless(
+    mut a: Active,
+    handler: &Handler,
+    mut out: Vec<u8>,
+) -> Result<Answer, ConnError> {
     let raw = a.params.take().unwrap_or_default();
     let params = record::parse_params(raw, MAX_PARAMS_LEN)?;
     let resp = handler(Request {
@@ -812,7 +817,8 @@ async fn respond_bodiless(mut a: Active, handler: &Handler) -> Result<Answer, Co
     let id = a.id;
     // One STDOUT record is built in place behind a header placeholder (room for the head, the
     // body and the closing records).
-    let mut out = Vec::with_capacity(body_len as usize + 1024);
+    out.clear();
+    out.reserve(body_len as usize + 1024);
     out.extend_from_slice(&[0; record::HEADER_LEN]);
     // Rendering fails only on reading the file: the response is cut short.
     let app_status = match http::render_small(resp, &mut out) {
@@ -854,12 +860,15 @@ pub async fn serve_inherited_unix(
     stream: std::os::unix::net::UnixStream,
     handler: &Handler,
     config: &ConnConfig,
+    buffers: &mut Buffers,
 ) -> Result<(), ConnError> {
     use std::io::Write;
 
     // Read into spare capacity (no zeroed array); copied only if the connection loop takes over.
-    let mut received = Vec::with_capacity(16 * 1024);
-    match rustix::io::read(&stream, rustix::buffer::spare_capacity(&mut received)) {
+    let received = &mut buffers.received;
+    received.clear();
+    received.reserve(FIRST_READ);
+    match rustix::io::read(&stream, rustix::buffer::spare_capacity(received)) {
         // Closed before sending anything.
         Ok(0) => return Ok(()),
         Ok(_) => {}
@@ -872,7 +881,7 @@ pub async fn serve_inherited_unix(
     };
     let mut a = Active::new(id, false);
     a.params = Some(raw);
-    let answer = match respond_bodiless(a, handler).await {
+    let answer = match respond_bodiless(a, handler, std::mem::take(&mut buffers.out)).await {
         Ok(answer) => answer,
         Err(e) => {
             let (r, mut w) = register(stream)?.into_split();
@@ -897,19 +906,34 @@ pub async fn serve_inherited_unix(
             Err(e) => return peer_io(e),
         }
     }
-    if written < out.len() {
+    let result = if written < out.len() {
         // The web server reads slowly: the rest goes through the event loop, within the stall
         // bound of every response write.
         let mut s = register(stream)?;
-        if let Err(e) = write_all(&mut s, &out[written..], config.deadlines.write_stall).await {
-            return peer_io(e);
+        let sent = write_all(&mut s, &out[written..], config.deadlines.write_stall).await;
+        if sent.is_ok() {
+            let _ = s.shutdown().await;
         }
-        let _ = s.shutdown().await;
-        return Ok(());
-    }
-    // Everything the web server sent has been read: closing (on drop) ends the connection
-    // cleanly, no `shutdown` needed.
-    Ok(())
+        sent.or_else(peer_io)
+    } else {
+        // Everything the web server sent has been read: closing (on drop) ends the connection
+        // cleanly, no `shutdown` needed.
+        Ok(())
+    };
+    buffers.out = out;
+    result
+}
+
+/// How much the first read of a connection on fd 0 asks for: a whole request without a body
+/// (mod_fcgid's PARAMS are a few KiB).
+const FIRST_READ: usize = 16 * 1024;
+
+/// The buffers of [`serve_inherited_unix`], kept by its caller from one connection to the next
+/// (the request as first read, the response as framed): no allocation of either per request.
+#[derive(Default)]
+pub struct Buffers {
+    received: Vec<u8>,
+    out: Vec<u8>,
 }
 
 /// Hands a connection over to the event loop.

@@ -381,6 +381,41 @@ fn the_full_sweep_reads_the_store_without_the_lock() {
     assert_eq!(names_in(&files), [".meta", ".tmp", "live", "v", "w"]);
 }
 
+/// A live pair whose sidecar names its file's inode is served without the store lock: a lock
+/// held too long (a stopped process, a dead JuiceFS client) does not stop downloads of what is
+/// there. A pair that does not prove itself whole that way — a sidecar of another inode (a
+/// reader between the two renames of a publication), or one without the inode field (written
+/// by an older version) — is never served without the lock.
+#[test]
+fn a_live_pair_is_read_without_the_store_lock() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "");
+    put(&store, "a", b"data");
+    put(&store, "ancien", b"old");
+    put(&store, "v", b"version");
+    mismatch(d.path(), "v");
+    let path = d.path().join("files/.meta/ancien.json");
+    let mut sc: Sidecar = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    sc.inode = None;
+    std::fs::write(&path, serde_json::to_vec(&sc).unwrap()).unwrap();
+    let name = |n: &str| Name::parse(n.as_bytes()).unwrap();
+
+    let held = store.lock_exclusive().unwrap();
+    let t = std::time::Instant::now();
+    let found = store.lookup(&name("a")).unwrap().expect("a live pair");
+    assert_eq!(found.size, 4);
+    assert!(t.elapsed() < lock::LOCK_WAIT, "{:?}", t.elapsed());
+    for needs_lock in ["ancien", "v"] {
+        assert!(
+            matches!(store.lookup(&name(needs_lock)), Err(StoreError::Busy)),
+            "{needs_lock} was read without the lock"
+        );
+    }
+    drop(held);
+    assert!(store.lookup(&name("ancien")).unwrap().is_some());
+    assert!(store.lookup(&name("v")).unwrap().is_none());
+}
+
 #[test]
 fn the_sweep_checks_again_under_the_lock_before_removing() {
     // An expired version replaced while the sweep reads the store without the lock: the new

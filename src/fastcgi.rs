@@ -377,21 +377,29 @@ pub async fn serve_listener(
 /// ([`conn::serve_inherited_unix`]), then lets the connection in flight finish for up to
 /// [`SHUTDOWN_GRACE`]. Same behaviour as [`serve_listener`] with one connection at a time, at a
 /// fraction of its cost per request (no task, no epoll registration of the connection).
+///
+/// Between connections the process sleeps in a blocking `accept(2)`, like a plain FastCGI
+/// program: nothing else runs in it then (one connection at a time, and a connection's work is
+/// over when it ends). A signal still wakes it at once: with a receive timeout set on the
+/// socket, `accept` is never restarted after a signal handler but fails with EINTR (signal(7));
+/// the runtime then sees the signal and `stop` is looked at. The timeout ([`IDLE_CHECK`]) also
+/// bounds the one case a signal could slip by: one delivered just before `accept` starts to wait.
 async fn serve_inherited_unix(
     listener: std::os::unix::net::UnixListener,
     handler: Handler,
     stop: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     use futures_util::FutureExt;
-    use tokio::io::unix::AsyncFd;
+    use rustix::io::Errno;
+    use rustix::net::{SocketFlags, accept_with};
 
-    listener.set_nonblocking(true).map_err(RunError::Stdin)?;
-    // `AsyncFd::new` is deprecated for types whose descriptor could change under it; the
-    // listener owns its descriptor until the `AsyncFd` is dropped, which is the condition the
-    // `unsafe` replacement (`AsyncFd::register`) asks for. This crate has no `unsafe` of its own.
-    #[allow(deprecated)]
-    let listener = AsyncFd::new(listener).map_err(RunError::Stdin)?;
-    let mut listener = Some(listener);
+    listener.set_nonblocking(false).map_err(RunError::Stdin)?;
+    rustix::net::sockopt::set_socket_timeout(
+        &listener,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(IDLE_CHECK),
+    )
+    .map_err(|e| RunError::Stdin(e.into()))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let config = ConnConfig {
         max_conns: 1,
@@ -401,17 +409,19 @@ async fn serve_inherited_unix(
     };
     let mut stop = std::pin::pin!(stop);
     let mut buffers = conn::Buffers::default();
-    while let Some(l) = listener.as_ref() {
-        // `biased`: a connection already waiting is taken without polling the signal streams
-        // (mod_fcgid stops handing connections to a process before it signals it, so SIGTERM
-        // is seen at the latest once the backlog is empty).
-        let accepted = tokio::select! {
-            biased;
-            s = accept_unix(l) => s,
-            () = &mut stop => break,
-        };
-        let stream = match accepted {
-            Ok(s) => s,
+    loop {
+        // The connection itself is non-blocking: the fast path reads and writes it without
+        // waiting, the connection loop registers it with the event loop.
+        let stream = match accept_with(&listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
+            Ok(fd) => std::os::unix::net::UnixStream::from(fd),
+            Err(Errno::INTR | Errno::AGAIN) => {
+                // A signal, or a quiet `IDLE_CHECK`: let the runtime take in the signals.
+                tokio::task::yield_now().await;
+                if stop.as_mut().now_or_never().is_some() {
+                    break;
+                }
+                continue;
+            }
             Err(e) => {
                 eprintln!("depot-fichiers : fastcgi : échec de accept() : {e}");
                 // EMFILE and the like: do not spin.
@@ -420,22 +430,22 @@ async fn serve_inherited_unix(
             }
         };
         // A panic in a handler ends its connection, not the process (as a task would).
-        let conn =
-            std::panic::AssertUnwindSafe(conn::serve_inherited_unix(
+        let conn = std::panic::AssertUnwindSafe(conn::serve_inherited_unix(
             stream,
             &handler,
             &config,
             &mut buffers,
         ))
-                .catch_unwind();
+        .catch_unwind();
         let mut conn = std::pin::pin!(conn);
+        let mut stopping = false;
         // `biased`: a request answered in place completes at the first poll, without polling
         // the signal streams.
         let res = tokio::select! {
             biased;
             res = &mut conn => res,
             () = &mut stop => {
-                listener = None;
+                stopping = true;
                 let _ = shutdown_tx.send(true);
                 match tokio::time::timeout(SHUTDOWN_GRACE, &mut conn).await {
                     Ok(res) => res,
@@ -453,26 +463,16 @@ async fn serve_inherited_unix(
                 eprintln!("depot-fichiers : fastcgi : une connexion s'est terminée sur une panique")
             }
         }
+        if stopping {
+            break;
+        }
     }
     Ok(())
 }
 
-/// Accepts a connection (non-blocking, close-on-exec) without registering it with the event loop.
-async fn accept_unix(
-    listener: &tokio::io::unix::AsyncFd<std::os::unix::net::UnixListener>,
-) -> io::Result<std::os::unix::net::UnixStream> {
-    use rustix::net::{SocketFlags, accept_with};
-    loop {
-        let mut ready = listener.readable().await?;
-        let accepted = ready.try_io(|l| {
-            accept_with(l.get_ref(), SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)
-                .map_err(io::Error::from)
-        });
-        if let Ok(res) = accepted {
-            return res.map(std::os::unix::net::UnixStream::from);
-        }
-    }
-}
+/// The receive timeout of the listening socket on fd 0: how long an idle process sleeps in
+/// `accept(2)` before it looks at the signals it may have missed (see [`serve_inherited_unix`]).
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 enum Accepted {
     Unix(tokio::net::UnixStream),

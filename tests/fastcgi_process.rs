@@ -252,6 +252,35 @@ fn inherited_unix_socket_answers_a_whole_bodiless_request_and_stops_on_sigterm()
     );
 }
 
+/// An idle process on mod_fcgid's socket sleeps in a blocking accept(2); SIGTERM wakes it at
+/// once (the accept fails with EINTR because the socket has a receive timeout), not only at the
+/// end of that 1 s timeout.
+#[test]
+fn inherited_unix_socket_idle_stops_at_once_on_sigterm() {
+    let (_dir, sock, mut child) = spawn_on_inherited_unix_socket();
+    let mut c = FcgiClient::unix(&sock).unwrap();
+    let get = [("REQUEST_METHOD", "GET"), ("QUERY_STRING", "")];
+    c.send_raw(&whole_bodiless_request(1, &get)).unwrap();
+    assert_eq!(
+        c.read_response(1).unwrap().text(),
+        "method=GET len=0 sum=0\n"
+    );
+    for pause in [1500, 300] {
+        // Idle for a while (past one receive timeout, then within one).
+        std::thread::sleep(Duration::from_millis(pause));
+        assert!(child.try_wait().unwrap().is_none(), "stopped while idle");
+    }
+    let t = std::time::Instant::now();
+    sigterm(&child);
+    let status = wait(&mut child);
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        t.elapsed() < Duration::from_millis(800),
+        "SIGTERM seen after {:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn inherited_tcp_socket_on_fd0() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -874,7 +874,7 @@ pub async fn serve_inherited_unix(
         Ok(_) => {}
         Err(_) => received.clear(),
     }
-    let Some((id, raw)) = whole_bodiless_request(&received) else {
+    let Some((id, raw)) = whole_bodiless_request(received) else {
         let (r, w) = register(stream)?.into_split();
         let received = BytesMut::from(&received[..]);
         return serve_connection_from(r, w, handler, config, received, None).await;

@@ -868,7 +868,11 @@ pub async fn serve_inherited_unix(
     let received = &mut buffers.received;
     received.clear();
     received.reserve(FIRST_READ);
-    match rustix::io::read(&stream, rustix::buffer::spare_capacity(received)) {
+    let mut read = rustix::io::read(&stream, rustix::buffer::spare_capacity(received));
+    if read == Err(rustix::io::Errno::AGAIN) && request_arrives(&stream) {
+        read = rustix::io::read(&stream, rustix::buffer::spare_capacity(received));
+    }
+    match read {
         // Closed before sending anything.
         Ok(0) => return Ok(()),
         Ok(_) => {}
@@ -923,6 +927,23 @@ pub async fn serve_inherited_unix(
     buffers.out = out;
     result
 }
+
+/// Whether the request of a connection just accepted arrives within [`FIRST_WAIT`] (mod_fcgid
+/// writes it right after connecting; the accept can wake first). The process has nothing else to
+/// do meanwhile; past that wait, or on a signal, the connection loop takes over with its own
+/// deadlines.
+fn request_arrives(stream: &std::os::unix::net::UnixStream) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(stream, PollFlags::IN)];
+    let wait = Timespec {
+        tv_sec: 0,
+        tv_nsec: FIRST_WAIT.as_nanos() as _,
+    };
+    matches!(poll(&mut fds, Some(&wait)), Ok(1))
+}
+
+/// See [`request_arrives`].
+const FIRST_WAIT: Duration = Duration::from_millis(20);
 
 /// How much the first read of a connection on fd 0 asks for: a whole request without a body
 /// (mod_fcgid's PARAMS are a few KiB).

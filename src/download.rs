@@ -4,8 +4,6 @@
 //! most ≈ 192 KiB, may still be on their way: README, « Ce qui compte comme téléchargement »);
 //! HEAD and 416 do not count as downloads.
 
-use std::fmt::Write;
-
 use crate::app::{App, token_matches};
 use crate::error::ApiError;
 use crate::http::{Request, Response, ResponseBody};
@@ -27,14 +25,15 @@ pub fn handle(app: &App, req: &Request) -> Response {
             } else {
                 "téléchargement"
             };
-            let mut line = format!(
-                "{verb} /download.php — {what} \"{}\"",
-                quoted(name.as_str())
-            );
-            if let Some((a, b)) = range {
-                let _ = write!(line, " (octets {a}-{b})");
+            let shown = quoted(name.as_str());
+            match range {
+                Some((a, b)) => app.log.ok_fmt(format_args!(
+                    "{verb} /download.php — {what} \"{shown}\" (octets {a}-{b})"
+                )),
+                None => app
+                    .log
+                    .ok_fmt(format_args!("{verb} /download.php — {what} \"{shown}\"")),
             }
-            app.log.ok(&line);
             resp
         }
         Err(e) => {
@@ -179,10 +178,14 @@ pub fn x_sendfile_value(path: &std::path::Path) -> Option<String> {
 
 /// A strong validator that changes with every upload (new inode) of the name.
 fn etag(f: &Found) -> String {
-    format!(
+    use std::fmt::Write as _;
+    let mut e = String::with_capacity(52);
+    let _ = write!(
+        e,
         "\"{:x}-{:x}-{:x}\"",
         f.ino, f.size, f.sidecar.depot_timestamp
-    )
+    );
+    e
 }
 
 /// `If-Range` with our current ETag lets the range through; anything else (another ETag, a

@@ -175,12 +175,25 @@ impl Log {
 
     /// One line: `text` then `outcome` (a constant of this module), after the date and host.
     fn line_of(&self, text: &str, outcome: &str) {
-        let mut line = String::with_capacity(64 + text.len() + outcome.len());
+        self.line_fmt(format_args!("{text}"), outcome);
+    }
+
+    /// [`Log::ok`] with the text formatted straight into the line (no intermediate string).
+    pub fn ok_fmt(&self, what: std::fmt::Arguments<'_>) {
+        self.line_fmt(what, OK);
+    }
+
+    /// [`Log::line_of`] with formatted text.
+    fn line_fmt(&self, text: std::fmt::Arguments<'_>, outcome: &str) {
+        use std::fmt::Write as _;
+        let mut line = String::with_capacity(192);
         self.push_stamp(&mut line);
-        if text.contains(['\n', '\r']) {
-            line.push_str(&text.replace(['\n', '\r'], " "));
-        } else {
-            line.push_str(text);
+        let start = line.len();
+        let _ = line.write_fmt(text);
+        if line[start..].contains(['\n', '\r']) {
+            let flat = line[start..].replace(['\n', '\r'], " ");
+            line.truncate(start);
+            line.push_str(&flat);
         }
         line.push_str(outcome);
         line.push('\n');

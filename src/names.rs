@@ -122,21 +122,19 @@ impl Name {
 
     /// `attachment; filename="<ASCII fallback>"; filename*=UTF-8''<percent-encoded>` (RFC 6266).
     pub fn content_disposition(&self) -> String {
-        let fallback: String = self
-            .0
-            .chars()
-            .map(|c| {
-                if !c.is_ascii() || c.is_ascii_control() || c == '"' || c == '\\' {
-                    '_'
-                } else {
-                    c
-                }
-            })
-            .collect();
-        format!(
-            "attachment; filename=\"{fallback}\"; filename*=UTF-8''{}",
-            self.percent_encoded()
-        )
+        use std::fmt::Write as _;
+        let mut v = String::with_capacity(40 + 4 * self.0.len());
+        v.push_str("attachment; filename=\"");
+        v.extend(self.0.chars().map(|c| {
+            if !c.is_ascii() || c.is_ascii_control() || c == '"' || c == '\\' {
+                '_'
+            } else {
+                c
+            }
+        }));
+        v.push_str("\"; filename*=UTF-8''");
+        let _ = write!(v, "{}", utf8_percent_encode(&self.0, UNRESERVED_COMPLEMENT));
+        v
     }
 }
 

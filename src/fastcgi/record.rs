@@ -286,15 +286,12 @@ pub type NameValue<'a> = (&'a [u8], &'a [u8]);
 /// The parameters of a PARAMS stream (each name and value at most `max_len` bytes), kept in
 /// `raw` itself: [`Params`] only records where each name and value lies.
 pub fn parse_params(raw: Vec<u8>, max_len: usize) -> Result<Params, DecodeError> {
-    let base = raw.as_ptr() as usize;
-    let entries = parse_name_values(&raw, max_len)?
-        .into_iter()
-        .map(|(n, v)| {
-            let start = n.as_ptr() as usize - base;
-            let mid = start + n.len();
-            (start, mid, mid + v.len())
-        })
-        .collect();
+    // Spans straight from the pairs: no list of slices built in between.
+    let mut entries = Vec::with_capacity(32);
+    let mut pos = 0;
+    while let Some((name, value)) = next_name_value(&raw, &mut pos, max_len)? {
+        entries.push((name.start, name.end, value.end));
+    }
     Ok(Params::from_spans(raw, entries))
 }
 
@@ -303,27 +300,38 @@ pub fn parse_params(raw: Vec<u8>, max_len: usize) -> Result<Params, DecodeError>
 /// `max_len` bounds each name and each value; anything longer is [`DecodeError::TooLong`], a pair
 /// running past the end of `buf` is [`DecodeError::Truncated`]. The slices borrow from `buf`.
 pub fn parse_name_values(buf: &[u8], max_len: usize) -> Result<Vec<NameValue<'_>>, DecodeError> {
-    // Room for what a web server sends (Apache: ≈ 30 pairs) without growing step by step.
-    let mut pairs = Vec::with_capacity(40);
+    let mut pairs = Vec::new();
     let mut pos = 0;
-    while pos < buf.len() {
-        let name_len = parse_length(buf, &mut pos)?;
-        let value_len = parse_length(buf, &mut pos)?;
-        for len in [name_len, value_len] {
-            if len > max_len as u64 {
-                return Err(DecodeError::TooLong(len));
-            }
-        }
-        let (name_len, value_len) = (name_len as usize, value_len as usize);
-        let name = buf.get(pos..pos + name_len).ok_or(DecodeError::Truncated)?;
-        pos += name_len;
-        let value = buf
-            .get(pos..pos + value_len)
-            .ok_or(DecodeError::Truncated)?;
-        pos += value_len;
-        pairs.push((name, value));
+    while let Some((name, value)) = next_name_value(buf, &mut pos, max_len)? {
+        pairs.push((&buf[name], &buf[value]));
     }
     Ok(pairs)
+}
+
+/// The ranges of the name and the value of the pair at `*pos` in `buf` (moved past it), `None`
+/// at the end of `buf`; errors as [`parse_name_values`].
+fn next_name_value(
+    buf: &[u8],
+    pos: &mut usize,
+    max_len: usize,
+) -> Result<Option<(std::ops::Range<usize>, std::ops::Range<usize>)>, DecodeError> {
+    if *pos >= buf.len() {
+        return Ok(None);
+    }
+    let name_len = parse_length(buf, pos)?;
+    let value_len = parse_length(buf, pos)?;
+    for len in [name_len, value_len] {
+        if len > max_len as u64 {
+            return Err(DecodeError::TooLong(len));
+        }
+    }
+    let name = *pos..*pos + name_len as usize;
+    let value = name.end..name.end + value_len as usize;
+    if value.end > buf.len() {
+        return Err(DecodeError::Truncated);
+    }
+    *pos = value.end;
+    Ok(Some((name, value)))
 }
 
 /// Appends one name-value length in its shortest form.

@@ -291,3 +291,28 @@ fn a_mismatched_pair_answers_404_and_goes_only_once_older_than_the_age_limit() {
     );
     assert_eq!(common::entries(&s.files()), [".meta", ".tmp"]);
 }
+
+/// Stored files are read without updating their access time (`O_NOATIME`), which Linux refuses
+/// (EPERM) on a file the process does not own: a file and sidecar that belong to someone else
+/// (an administrator's copy, readable by all) are still served, opened the usual way.
+#[test]
+fn a_file_owned_by_another_user_is_still_served() {
+    let a = Apache::with(Mode::Fcgid, &[]);
+    let s = &a.state;
+    let (_d, p) = local_file("autre.txt", b"appartient a root");
+    assert_eq!(upload(s, &p).status, 200, "{}", s.logs());
+    let file = s.files().join("autre.txt");
+    let sidecar = s.files().join(".meta/autre.txt.json");
+    assert_ne!(
+        fs::metadata(&file).unwrap().uid(),
+        0,
+        "the servers' user owns it"
+    );
+    for p in [&file, &sidecar] {
+        std::os::unix::fs::chown(p, Some(0), Some(0)).unwrap();
+        fs::set_permissions(p, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let r = curl(&[&download_url(s, "autre.txt")]);
+    assert_eq!(r.status, 200, "{}", s.logs());
+    assert_eq!(r.body, b"appartient a root");
+}

@@ -308,13 +308,16 @@ pub fn parse_name_values(buf: &[u8], max_len: usize) -> Result<Vec<NameValue<'_>
     Ok(pairs)
 }
 
+/// Where a pair's name and value are in a PARAMS buffer.
+type PairSpans = (std::ops::Range<usize>, std::ops::Range<usize>);
+
 /// The ranges of the name and the value of the pair at `*pos` in `buf` (moved past it), `None`
 /// at the end of `buf`; errors as [`parse_name_values`].
 fn next_name_value(
     buf: &[u8],
     pos: &mut usize,
     max_len: usize,
-) -> Result<Option<(std::ops::Range<usize>, std::ops::Range<usize>)>, DecodeError> {
+) -> Result<Option<PairSpans>, DecodeError> {
     if *pos >= buf.len() {
         return Ok(None);
     }

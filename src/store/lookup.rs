@@ -70,7 +70,7 @@ impl Store {
     /// The pair of `name` when it is whole and alive; see [`Store::lookup`] for what `proof`
     /// accepts.
     fn live_pair(&self, name: &Name, now: i64, proof: Proof) -> Result<Option<Found>, StoreError> {
-        let file = match open_at(&self.root_fd, name.as_str(), OFlags::RDONLY) {
+        let file = match open_to_read(&self.root_fd, name.as_str()) {
             Ok(f) => f,
             Err(e) if is_absent(&e) => return Ok(None),
             Err(e) => return Err(StoreError::Io(e)),
@@ -144,7 +144,7 @@ impl Store {
     /// `read` when it brings a whole sidecar (a read of a regular file is short only at its
     /// end); otherwise the rest is read up to the limit.
     fn read_sidecar(&self, name: &Name) -> Option<Sidecar> {
-        let mut f = open_at(&self.meta_fd, name.sidecar_file_name(), OFlags::RDONLY).ok()?;
+        let mut f = open_to_read(&self.meta_fd, &name.sidecar_file_name()).ok()?;
         let mut buf = [0u8; SIDECAR_MAX + 1];
         let mut len = f.read(&mut buf).ok()?;
         if len < buf.len()
@@ -164,6 +164,20 @@ impl Store {
             return None;
         }
         serde_json::from_slice(&buf[..len]).ok()
+    }
+}
+
+/// Opens a stored file or a sidecar to read it, without updating its access time (`O_NOATIME`):
+/// nothing reads the atime of those files, and under `relatime` every download would otherwise
+/// write the inode once more (the touch of the last download makes the mtime newer than the
+/// atime). `O_NOATIME` is refused (EPERM) on a file this user does not own, which the store
+/// then opens the usual way.
+fn open_to_read(dir: &std::os::fd::OwnedFd, name: &str) -> io::Result<File> {
+    match open_at(dir, name, OFlags::RDONLY | OFlags::NOATIME) {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) => {
+            open_at(dir, name, OFlags::RDONLY)
+        }
+        other => other,
     }
 }
 

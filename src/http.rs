@@ -265,6 +265,18 @@ pub enum ResponseBody {
     Parts(Vec<Part>),
 }
 
+impl ResponseBody {
+    /// Its `Content-Length`: `None` for no body.
+    pub fn content_length(&self) -> Option<u64> {
+        match self {
+            ResponseBody::Empty => None,
+            ResponseBody::Bytes(b) => Some(b.len() as u64),
+            ResponseBody::File { len, .. } => Some(*len),
+            ResponseBody::Parts(p) => Some(p.iter().map(Part::len).sum()),
+        }
+    }
+}
+
 /// The first `len` bytes of an open file, to be written base64-encoded (standard alphabet, with
 /// padding) when the response is sent: the MCP `mode="base64"` content, never held in memory.
 #[derive(Debug, Clone)]
@@ -398,13 +410,7 @@ impl Response {
 
     /// Drops the body but keeps its `Content-Length` (the answer to a HEAD).
     pub fn head_only(mut self) -> Self {
-        let len = match &self.body {
-            ResponseBody::Empty => None,
-            ResponseBody::Bytes(b) => Some(b.len() as u64),
-            ResponseBody::File { len, .. } => Some(*len),
-            ResponseBody::Parts(p) => Some(p.iter().map(Part::len).sum()),
-        };
-        if let Some(len) = len {
+        if let Some(len) = self.body.content_length() {
             self.headers
                 .push(("Content-Length", len.to_string().into()));
         }
@@ -475,12 +481,10 @@ fn write_head(resp: &Response, len: Option<u64>, out: &mut Vec<u8>) {
 /// The body length of a response that [`render_small`] can build in memory: `None` for a body
 /// of parts, or one longer than `max`.
 pub fn small_body_len(resp: &Response, max: u64) -> Option<u64> {
-    let len = match &resp.body {
-        ResponseBody::Empty => 0,
-        ResponseBody::Bytes(b) => b.len() as u64,
-        ResponseBody::File { len, .. } => *len,
-        ResponseBody::Parts(_) => return None,
-    };
+    if matches!(resp.body, ResponseBody::Parts(_)) {
+        return None;
+    }
+    let len = resp.body.content_length().unwrap_or(0);
     (len <= max).then_some(len)
 }
 
@@ -489,15 +493,10 @@ pub fn small_body_len(resp: &Response, max: u64) -> Option<u64> {
 /// bytes are in the response (the caller then hands it to the connection in one write). An
 /// error (reading the file) leaves `out` with the head and part of the body.
 pub fn render_small(resp: Response, out: &mut Vec<u8>) -> io::Result<()> {
-    let len = match &resp.body {
-        ResponseBody::Empty => None,
-        ResponseBody::Bytes(b) => Some(b.len() as u64),
-        ResponseBody::File { len, .. } => Some(*len),
-        ResponseBody::Parts(_) => {
-            return Err(io::Error::other("render_small : corps en parties"));
-        }
-    };
-    write_head(&resp, len, out);
+    if matches!(resp.body, ResponseBody::Parts(_)) {
+        return Err(io::Error::other("render_small : corps en parties"));
+    }
+    write_head(&resp, resp.body.content_length(), out);
     match resp.body {
         ResponseBody::Empty | ResponseBody::Parts(_) => Ok(()),
         ResponseBody::Bytes(b) => {
@@ -511,13 +510,18 @@ pub fn render_small(resp: Response, out: &mut Vec<u8>) -> io::Result<()> {
             touch_when_sent,
         } => {
             read_file_into(&file, offset, len, out)?;
-            if touch_when_sent {
-                // The inode we served, even if the name was re-published meanwhile; an unlinked
-                // file is touched harmlessly.
-                let _ = file.set_modified(std::time::SystemTime::now());
-            }
+            touch_if(&file, touch_when_sent);
             Ok(())
         }
+    }
+}
+
+/// Once a file's bytes are all handed over: sets its mtime to now if `touch` (the "last
+/// download" clock). The inode we served, even if the name was re-published meanwhile; an
+/// unlinked file is touched harmlessly.
+fn touch_if(file: &File, touch: bool) {
+    if touch {
+        let _ = file.set_modified(std::time::SystemTime::now());
     }
 }
 
@@ -550,14 +554,8 @@ fn read_file_into(file: &File, offset: u64, len: u64, out: &mut Vec<u8>) -> io::
 
 /// Writes `resp` in CGI response format. An error means the client (or the web server) is gone: callers treat it as such, never as a crash.
 pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) -> io::Result<()> {
-    let len = match &resp.body {
-        ResponseBody::Empty => None,
-        ResponseBody::Bytes(b) => Some(b.len() as u64),
-        ResponseBody::File { len, .. } => Some(*len),
-        ResponseBody::Parts(parts) => Some(parts.iter().map(Part::len).sum()),
-    };
     let mut head = Vec::with_capacity(512);
-    write_head(&resp, len, &mut head);
+    write_head(&resp, resp.body.content_length(), &mut head);
     out.write_all(&head).await?;
     match resp.body {
         ResponseBody::Empty => {}
@@ -570,11 +568,7 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
         } => {
             send_file_range(&file, offset, len, out).await?;
             out.flush().await?;
-            if touch_when_sent {
-                // The inode we served, even if the name was re-published meanwhile; an unlinked
-                // file is touched harmlessly.
-                let _ = file.set_modified(std::time::SystemTime::now());
-            }
+            touch_if(&file, touch_when_sent);
             return Ok(());
         }
         ResponseBody::Parts(parts) => send_parts(&parts, out).await?,

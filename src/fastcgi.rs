@@ -382,8 +382,10 @@ pub async fn serve_listener(
 /// program: nothing else runs in it then (one connection at a time, and a connection's work is
 /// over when it ends). A signal still wakes it at once: with a receive timeout set on the
 /// socket, `accept` is never restarted after a signal handler but fails with EINTR (signal(7));
-/// the runtime then sees the signal and `stop` is looked at. The timeout ([`IDLE_CHECK`]) also
-/// bounds the one case a signal could slip by: one delivered just before `accept` starts to wait.
+/// the runtime then sees the signal and `stop` is looked at. A signal delivered outside that
+/// wait (while a request is answered in place, or just before `accept` starts) is seen when the
+/// timeout ([`IDLE_CHECK`]) ends it, 1 s at most: within mod_fcgid's own grace (it sends SIGTERM
+/// again 1 s later, which interrupts the wait, and SIGKILL 3 s or more later).
 async fn serve_inherited_unix(
     listener: std::os::unix::net::UnixListener,
     handler: Handler,

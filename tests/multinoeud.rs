@@ -93,6 +93,14 @@ fn start_nodes(jfs: &JuiceFs, intro: &IntrospectionServer) -> (Vec<Node>, String
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The port answered: make sure it is this node that did (not another process holding
+        // the port while this one failed to bind it).
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            n.guard.is_running(),
+            "node {i} died at start:\n{}",
+            n.state.logs()
+        );
     }
     (nodes, token)
 }

@@ -119,6 +119,26 @@ pub fn fill(template: &str, values: &BTreeMap<&str, String>) -> String {
 
 /// A port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
+    // Below the kernel's ephemeral range: a port from that range, once released, can become the
+    // local end of any outgoing connection (stress clients, Redis, JuiceFS) before the server
+    // meant for it binds it — a node then failed with EADDRINUSE while the test talked to
+    // whoever held the port.
+    let low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if low > 12_000 {
+        let mut b = [0u8; 2];
+        for _ in 0..100 {
+            fs::File::open("/dev/urandom")
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+                .unwrap();
+            let port = 10_000 + u16::from_le_bytes(b) % (low - 10_000);
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -299,30 +299,31 @@ impl Store {
     /// Whether a `.part` exists and nobody holds its lock right now: its writer is dead, or has
     /// just created it and not locked it yet (which only the exclusive store lock rules out).
     fn unlocked_part(&self, raw: &[u8]) -> bool {
-        let Ok(f) = open_at(&self.tmp_fd, raw, OFlags::RDONLY) else {
-            return false;
-        };
-        // A writer waiting in `lock()` meanwhile only waits for this probe to let go.
-        let free = f.try_lock().is_ok();
-        if free {
-            let _ = f.unlock();
-        }
-        free
+        self.with_free_part(raw, || true)
     }
 
     /// Removes one `.part` if its writer is gone, under the exclusive lock.
     fn remove_dead(&self, raw: &[u8], _: &ExclusiveGuard) -> bool {
+        // Writers create and lock their file under the shared store lock, which we hold
+        // exclusively: an unlocked `.part` here has no living writer.
+        self.with_free_part(raw, || {
+            rustix::fs::unlinkat(&self.tmp_fd, raw, AtFlags::empty()).is_ok()
+        })
+    }
+
+    /// Opens `.tmp/<raw>` and, when nobody holds its lock, runs `then` holding it and says what
+    /// `then` says; false when the file is gone or its lock is held. A writer waiting in
+    /// `lock()` meanwhile only waits for this probe to let go.
+    fn with_free_part(&self, raw: &[u8], then: impl FnOnce() -> bool) -> bool {
         let Ok(f) = open_at(&self.tmp_fd, raw, OFlags::RDONLY) else {
             return false;
         };
-        // Writers create and lock their file under the shared store lock, which we hold
-        // exclusively: an unlocked `.part` here has no living writer.
-        let mut removed = false;
-        if f.try_lock().is_ok() {
-            removed = rustix::fs::unlinkat(&self.tmp_fd, raw, AtFlags::empty()).is_ok();
-            let _ = f.unlock();
+        if f.try_lock().is_err() {
+            return false;
         }
-        removed
+        let answer = then();
+        let _ = f.unlock();
+        answer
     }
 }
 

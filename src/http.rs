@@ -526,27 +526,33 @@ fn touch_if(file: &File, touch: bool) {
 }
 
 /// Appends `len` bytes of `file` from `offset` to `out`, read straight into it (no buffer of its
-/// own, no copy).
+/// own, no copy). On an error, `out` keeps what was read.
 fn read_file_into(file: &File, offset: u64, len: u64, out: &mut Vec<u8>) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
     let start = out.len();
     out.resize(start + len as usize, 0);
+    fill_at(file, &mut out[start..], offset).map_err(|(read, e)| {
+        out.truncate(start + read);
+        e
+    })
+}
+
+/// Fills `buf` from `file` at `offset`. A file that ends first (truncated while being sent) is
+/// an error, given with the number of bytes read before it.
+fn fill_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), (usize, io::Error)> {
+    use std::os::unix::fs::FileExt;
     let mut filled = 0;
-    while filled < len as usize {
-        match file.read_at(&mut out[start + filled..], offset + filled as u64) {
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
             Ok(0) => {
-                out.truncate(start + filled);
-                return Err(io::Error::new(
+                let e = io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "fichier tronqué pendant l'envoi",
-                ));
+                );
+                return Err((filled, e));
             }
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                out.truncate(start + filled);
-                return Err(e);
-            }
+            Err(e) => return Err((filled, e)),
         }
     }
     Ok(())
@@ -596,30 +602,27 @@ async fn send_parts<W: AsyncWrite + Unpin>(parts: &[Part], out: &mut W) -> io::R
     Ok(())
 }
 
-/// Streams `len` bytes of `file` from `offset` to `out`, in bounded chunks.
+/// Streams `len` bytes of `file` from `offset` to `out`, in bounded chunks ([`fill_at`] each;
+/// what was read before an error is still written).
 async fn send_file_range<W: AsyncWrite + Unpin>(
     file: &File,
     mut offset: u64,
     len: u64,
     out: &mut W,
 ) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
     // Sized for this file: a small download does not allocate and zero a whole chunk.
     let mut buf = vec![0u8; len.min(FILE_CHUNK as u64) as usize];
     let mut left = len;
     while left > 0 {
         let want = left.min(buf.len() as u64) as usize;
         // Local-disk reads of a page-cached file: short enough to do inline on this thread.
-        let n = file.read_at(&mut buf[..want], offset)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "fichier tronqué pendant l'envoi",
-            ));
+        if let Err((read, e)) = fill_at(file, &mut buf[..want], offset) {
+            out.write_all(&buf[..read]).await?;
+            return Err(e);
         }
-        out.write_all(&buf[..n]).await?;
-        offset += n as u64;
-        left -= n as u64;
+        out.write_all(&buf[..want]).await?;
+        offset += want as u64;
+        left -= want as u64;
     }
     Ok(())
 }

@@ -837,9 +837,13 @@ async fn respond_bodiless(
     } else {
         let content = out.split_off(record::HEADER_LEN);
         out.clear();
-        for chunk in content.chunks(record::MAX_CONTENT_LEN) {
-            record::encode_record(record::STDOUT, id, chunk, &mut out);
-        }
+        record::encode_stream(
+            record::STDOUT,
+            id,
+            &content,
+            record::MAX_CONTENT_LEN,
+            &mut out,
+        );
     }
     record::encode_record(record::STDOUT, id, &[], &mut out);
     record::encode_end_request(id, app_status, record::REQUEST_COMPLETE, &mut out);

@@ -330,12 +330,7 @@ pub async fn serve_listener(
     stop: impl Future<Output = ()>,
 ) {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let config = ConnConfig {
-        max_conns,
-        max_reqs: max_conns,
-        shutdown: Some(shutdown_rx),
-        deadlines: conn::Deadlines::from_env(),
-    };
+    let config = served_config(max_conns, shutdown_rx);
     let mut tasks = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -345,7 +340,7 @@ pub async fn serve_listener(
                 if let Err(e) = res
                     && e.is_panic()
                 {
-                    eprintln!("depot-fichiers : fastcgi : une connexion s'est terminée sur une panique");
+                    say_panicked();
                 }
             }
             conn = accept(&listener), if tasks.len() < max_conns as usize => match conn {
@@ -354,11 +349,7 @@ pub async fn serve_listener(
                     let config = config.clone();
                     tasks.spawn_local(serve_accepted(conn, handler, config));
                 }
-                Err(e) => {
-                    eprintln!("depot-fichiers : fastcgi : échec de accept() : {e}");
-                    // EMFILE and the like: do not spin.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                Err(e) => accept_failed(e).await,
             },
         }
     }
@@ -403,12 +394,7 @@ async fn serve_inherited_unix(
     )
     .map_err(|e| RunError::Stdin(e.into()))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let config = ConnConfig {
-        max_conns: 1,
-        max_reqs: 1,
-        shutdown: Some(shutdown_rx),
-        deadlines: conn::Deadlines::from_env(),
-    };
+    let config = served_config(1, shutdown_rx);
     let mut stop = std::pin::pin!(stop);
     let mut buffers = conn::Buffers::default();
     loop {
@@ -425,9 +411,7 @@ async fn serve_inherited_unix(
                 continue;
             }
             Err(e) => {
-                eprintln!("depot-fichiers : fastcgi : échec de accept() : {e}");
-                // EMFILE and the like: do not spin.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                accept_failed(e).await;
                 continue;
             }
         };
@@ -460,10 +444,8 @@ async fn serve_inherited_unix(
         };
         match res {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("depot-fichiers : fastcgi : connexion fermée : {e}"),
-            Err(_) => {
-                eprintln!("depot-fichiers : fastcgi : une connexion s'est terminée sur une panique")
-            }
+            Ok(Err(e)) => say_closed(&e),
+            Err(_) => say_panicked(),
         }
         if stopping {
             break;
@@ -503,6 +485,32 @@ async fn serve_accepted(conn: Accepted, handler: Handler, config: ConnConfig) {
         }
     };
     if let Err(e) = res {
-        eprintln!("depot-fichiers : fastcgi : connexion fermée : {e}");
+        say_closed(&e);
     }
+}
+
+/// The settings of the connections of one listening socket (`max_conns` at once).
+fn served_config(max_conns: u32, shutdown: watch::Receiver<bool>) -> ConnConfig {
+    ConnConfig {
+        max_conns,
+        max_reqs: max_conns,
+        shutdown: Some(shutdown),
+        deadlines: conn::Deadlines::from_env(),
+    }
+}
+
+/// A failed `accept` (EMFILE and the like): said on stderr, then a pause so as not to spin.
+async fn accept_failed(e: impl std::fmt::Display) {
+    eprintln!("depot-fichiers : fastcgi : échec de accept() : {e}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// A connection closed on our side for a protocol or I/O error.
+fn say_closed(e: &ConnError) {
+    eprintln!("depot-fichiers : fastcgi : connexion fermée : {e}");
+}
+
+/// A handler panicked: its connection ended, not the process.
+fn say_panicked() {
+    eprintln!("depot-fichiers : fastcgi : une connexion s'est terminée sur une panique");
 }

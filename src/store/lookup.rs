@@ -89,8 +89,8 @@ impl Store {
             is_file: m.is_file(),
         };
         Ok(self.lifetimes.live(&sc, facts, now).map(|_| Found {
-            size: m.len(),
-            ino: m.ino(),
+            size: facts.size,
+            ino: facts.ino,
             file,
             sidecar: sc,
         }))

@@ -4,6 +4,7 @@
 //!
 //! [`Name::parse`] is the only constructor of [`Name`]; the store builds paths from a [`Name`] only.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -111,7 +112,10 @@ impl Name {
 
     /// The sidecar's file name inside `.meta/`.
     pub fn sidecar_file_name(&self) -> String {
-        format!("{}.json", self.0)
+        let mut s = String::with_capacity(self.0.len() + 5);
+        s.push_str(&self.0);
+        s.push_str(".json");
+        s
     }
 
     /// The name percent-encoded per RFC 3986 (only unreserved characters left as they are), for a
@@ -168,7 +172,7 @@ pub fn download_url(url_base: &str, name: &Name, token: &str) -> String {
 /// Decodes a query string as PHP's `$_GET` does for plain keys: `&`-separated pairs, `+` as space,
 /// percent-decoding, and for a repeated key the last value wins. Values stay raw bytes (they may
 /// not be UTF-8; the name choke point decides).
-pub fn query_param(query: &[u8], key: &str) -> Option<Vec<u8>> {
+pub fn query_param<'a>(query: &'a [u8], key: &str) -> Option<Cow<'a, [u8]>> {
     let mut found = None;
     for pair in query.split(|&b| b == b'&') {
         if pair.is_empty() {
@@ -180,7 +184,7 @@ pub fn query_param(query: &[u8], key: &str) -> Option<Vec<u8>> {
         };
         // A key without `%` nor `+` decodes to itself: compared without building it.
         let same = if k.iter().any(|&b| b == b'%' || b == b'+') {
-            form_decode(k) == key.as_bytes()
+            *form_decode(k) == *key.as_bytes()
         } else {
             k == key.as_bytes()
         };
@@ -191,16 +195,17 @@ pub fn query_param(query: &[u8], key: &str) -> Option<Vec<u8>> {
     found.map(form_decode)
 }
 
-/// `application/x-www-form-urlencoded` decoding of one component, to bytes.
-fn form_decode(s: &[u8]) -> Vec<u8> {
+/// `application/x-www-form-urlencoded` decoding of one component, to bytes (borrowed when
+/// nothing needs decoding).
+fn form_decode(s: &[u8]) -> Cow<'_, [u8]> {
     if !s.iter().any(|&b| b == b'%' || b == b'+') {
-        return s.to_vec();
+        return Cow::Borrowed(s);
     }
     let plus: Vec<u8> = s
         .iter()
         .map(|&b| if b == b'+' { b' ' } else { b })
         .collect();
-    percent_encoding::percent_decode(&plus).collect()
+    Cow::Owned(percent_encoding::percent_decode(&plus).collect())
 }
 
 #[cfg(test)]
@@ -304,7 +309,10 @@ mod tests {
             }
             let back = query_param(query.as_bytes(), "fichier").unwrap();
             assert_eq!(back, n.as_bytes(), "{url}");
-            assert_eq!(query_param(query.as_bytes(), "token").unwrap(), b"tok_en");
+            assert_eq!(
+                query_param(query.as_bytes(), "token").unwrap().as_ref(),
+                b"tok_en"
+            );
         }
     }
 
@@ -339,16 +347,24 @@ mod tests {
     #[test]
     fn php_get_semantics() {
         assert_eq!(
-            query_param(b"fichier=a+b%20c", "fichier").unwrap(),
+            query_param(b"fichier=a+b%20c", "fichier").unwrap().as_ref(),
             b"a b c"
         );
         assert_eq!(
-            query_param(b"fichier=1&fichier=2", "fichier").unwrap(),
+            query_param(b"fichier=1&fichier=2", "fichier")
+                .unwrap()
+                .as_ref(),
             b"2"
         );
-        assert_eq!(query_param(b"fichier", "fichier").unwrap(), b"");
+        assert_eq!(query_param(b"fichier", "fichier").unwrap().as_ref(), b"");
         assert_eq!(query_param(b"x=1", "fichier"), None);
-        assert_eq!(query_param(b"fichier=%ff", "fichier").unwrap(), b"\xff");
-        assert_eq!(query_param(b"fich%69er=z", "fichier").unwrap(), b"z");
+        assert_eq!(
+            query_param(b"fichier=%ff", "fichier").unwrap().as_ref(),
+            b"\xff"
+        );
+        assert_eq!(
+            query_param(b"fich%69er=z", "fichier").unwrap().as_ref(),
+            b"z"
+        );
     }
 }

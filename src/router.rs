@@ -43,7 +43,9 @@ pub fn endpoint(req: &Request) -> Endpoint {
 /// Handles one request. The transport drains the rest of the body before sending the answer.
 pub async fn handle(app: &App, mut req: Request) -> Response {
     let r = match endpoint(&req) {
-        Endpoint::Upload => upload::handle(app, &mut req).await,
+        // Boxed: the upload's state (≈ 1.3 KiB) would otherwise be part of every request's
+        // future, a download's included.
+        Endpoint::Upload => Box::pin(upload::handle(app, &mut req)).await,
         Endpoint::Download => download::handle(app, &req),
         Endpoint::Mcp => mcp::handle(app, &mut req).await,
         Endpoint::Metadata => metadata::handle(app, &req),

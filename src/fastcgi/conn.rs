@@ -885,7 +885,9 @@ pub async fn serve_inherited_unix(
     let Some((id, raw)) = whole_bodiless_request(received) else {
         let (r, w) = register(stream)?.into_split();
         let received = BytesMut::from(&received[..]);
-        return serve_connection_from(r, w, handler, config, received, None).await;
+        // Boxed, like the other hand-overs: the connection loop's state (a few KiB) is not
+        // part of this function's future, which every request builds.
+        return Box::pin(serve_connection_from(r, w, handler, config, received, None)).await;
     };
     let mut a = Active::new(id, false);
     a.params = Some(raw);
@@ -901,7 +903,15 @@ pub async fn serve_inherited_unix(
         Answer::Small(out) => out,
         Answer::Large(a) => {
             let (r, w) = register(stream)?.into_split();
-            return serve_connection_from(r, w, handler, config, BytesMut::new(), Some(a)).await;
+            return Box::pin(serve_connection_from(
+                r,
+                w,
+                handler,
+                config,
+                BytesMut::new(),
+                Some(a),
+            ))
+            .await;
         }
     };
     let mut written = 0;

@@ -517,11 +517,10 @@ pub fn render_small(resp: Response, out: &mut Vec<u8>) -> io::Result<()> {
 }
 
 /// Once a file's bytes are all handed over: sets its mtime to now if `touch` (the "last
-/// download" clock). The inode we served, even if the name was re-published meanwhile; an
-/// unlinked file is touched harmlessly.
+/// download" clock, [`crate::store::touch`]).
 fn touch_if(file: &File, touch: bool) {
     if touch {
-        let _ = file.set_modified(std::time::SystemTime::now());
+        let _ = crate::store::touch(file);
     }
 }
 

@@ -4,7 +4,6 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
-use std::time::SystemTime;
 
 use rustix::fs::{AtFlags, FileType, OFlags};
 
@@ -28,7 +27,7 @@ pub struct Found {
 impl Found {
     /// Sets the file's mtime to now (the "last download" clock), on the opened inode.
     pub fn touch(&self) -> io::Result<()> {
-        self.file.set_modified(SystemTime::now())
+        super::touch(&self.file)
     }
 }
 

@@ -7,7 +7,14 @@
  *   - POST: a small JSON body (upload, MCP);
  *   - GET: 10 KiB as an attachment (a small download), after 1.5 s if QUERY_STRING contains
  *     "lent" (used to hold a process long enough to grow mod_fcgid's pool).
- * Built by bench/run with `cc -O2`. */
+ * Built by bench/run with `cc -O2`.
+ *
+ * Built with -DAPPELS_DU_CONTRAT='"<state folder>"' (bench/run: repondeur-contrat), a GET also
+ * makes the system calls the contract asks of every download, and nothing else: open the stored
+ * file (fstat for its size) and its sidecar (one read), read the file (pread), set its mtime
+ * (futimens, UTIME_NOW), append one line to a log kept open in O_APPEND mode and fstat it (the
+ * program's size and rotation check). No parsing, no check, no lock, no sweep: the floor that
+ * the contract's own work puts under any program, measured in the same Apache. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -16,6 +23,48 @@
 #include <unistd.h>
 
 static char body[10240];
+
+#ifdef APPELS_DU_CONTRAT
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static int dir_files = -1, dir_meta = -1, log_fd = -1;
+
+static void contract_open(void) {
+    dir_files = open(APPELS_DU_CONTRAT "/files", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    dir_meta = openat(dir_files, ".meta", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    log_fd = open(APPELS_DU_CONTRAT "/log/repondeur-contrat.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+}
+
+/* The download of petit.bin into out (room bytes at most); its length, or -1. */
+static long contract_download(unsigned char *out, size_t room) {
+    static char sidecar[4097];
+    int fd = openat(dir_files, "petit.bin", O_RDONLY | O_NOATIME | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    int m = openat(dir_meta, "petit.bin.json", O_RDONLY | O_NOATIME | O_CLOEXEC);
+    if (fstat(fd, &st) || m < 0 || read(m, sidecar, sizeof sidecar) <= 0 || (size_t)st.st_size > room) {
+        if (m >= 0) close(m);
+        close(fd);
+        return -1;
+    }
+    close(m);
+    long n = pread(fd, out, (size_t)st.st_size, 0);
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+    futimens(fd, times);
+    close(fd);
+    char line[256];
+    time_t t = time(0);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    size_t l = strftime(line, 64, "[%Y-%m-%d %H:%M:%S] [127.0.0.1] ", &tm);
+    l += (size_t)snprintf(line + l, sizeof line - l, "GET /download.php — téléchargement \"petit.bin\" : OK\n");
+    if (write(log_fd, line, l) < 0 || fstat(log_fd, &st)) return -1;
+    return n;
+}
+#endif
 static unsigned char buf[65536 + 256];
 
 static int read_all(int fd, void *p, size_t n) {
@@ -93,7 +142,11 @@ static void serve(int c) {
     } else {
         len = sizeof head_get - 1;
         memcpy(buf, head_get, len);
+#ifdef APPELS_DU_CONTRAT
+        if (contract_download(buf + len, sizeof body) != (long)sizeof body) return; /* no answer: a 5xx */
+#else
         memcpy(buf + len, body, sizeof body);
+#endif
         len += sizeof body;
     }
     static const unsigned char end[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* status 0, REQUEST_COMPLETE */
@@ -104,6 +157,9 @@ static void serve(int c) {
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     memset(body, 'x', sizeof body);
+#ifdef APPELS_DU_CONTRAT
+    contract_open();
+#endif
     for (;;) {
         int c = accept(0, 0, 0);
         if (c < 0) {

@@ -24,18 +24,19 @@ pub enum Endpoint {
 /// Dispatch rule of contract §2: the well-known paths by `REQUEST_URI`, otherwise the last segment
 /// of `SCRIPT_NAME`. Works with mod_fcgid (with or without `[PT]`), mod_proxy_fcgi, nginx and CGI.
 pub fn endpoint(req: &Request) -> Endpoint {
-    let uri = req.params.get("REQUEST_URI").unwrap_or("");
-    let path = uri.split('?').next().unwrap_or("");
-    if path == "/.well-known/oauth-protected-resource"
-        || path == "/.well-known/oauth-protected-resource/mcp.php"
+    // Compared as bytes: the URI (with its query string) need not be checked for UTF-8 first.
+    let uri = req.params.get_bytes("REQUEST_URI").unwrap_or(b"");
+    let path = uri.split(|&b| b == b'?').next().unwrap_or(b"");
+    if path == b"/.well-known/oauth-protected-resource"
+        || path == b"/.well-known/oauth-protected-resource/mcp.php"
     {
         return Endpoint::Metadata;
     }
-    let script = req.params.get("SCRIPT_NAME").unwrap_or("");
-    match script.rsplit('/').next().unwrap_or("") {
-        "upload.php" => Endpoint::Upload,
-        "download.php" => Endpoint::Download,
-        "mcp.php" => Endpoint::Mcp,
+    let script = req.params.get_bytes("SCRIPT_NAME").unwrap_or(b"");
+    match script.rsplit(|&b| b == b'/').next().unwrap_or(b"") {
+        b"upload.php" => Endpoint::Upload,
+        b"download.php" => Endpoint::Download,
+        b"mcp.php" => Endpoint::Mcp,
         _ => Endpoint::NotFound,
     }
 }

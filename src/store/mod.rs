@@ -225,22 +225,13 @@ fn is_absent(e: &io::Error) -> bool {
         || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
 }
 
-/// Sets the mtime of an opened stored file to now, as the kernel reads its clock (`UTIME_NOW`),
-/// its atime untouched: the "last download" clock of contract §4, on the inode that was
-/// served, whatever its name has become since (an unlinked file is touched harmlessly).
+/// Sets the mtime of an opened stored file to now, its atime untouched: the "last download"
+/// clock of contract §4, on the inode that was served, whatever its name has become since (an
+/// unlinked file is touched harmlessly). An explicit time, not `UTIME_NOW`: letting the kernel
+/// read its clock saves one clock read, but measured slower in A/B passes (docs/PERFORMANCE.md
+/// §9.7).
 pub fn touch(file: &File) -> io::Result<()> {
-    use rustix::fs::{Timespec, Timestamps, UTIME_NOW, UTIME_OMIT, futimens};
-    let times = Timestamps {
-        last_access: Timespec {
-            tv_sec: 0,
-            tv_nsec: UTIME_OMIT,
-        },
-        last_modification: Timespec {
-            tv_sec: 0,
-            tv_nsec: UTIME_NOW,
-        },
-    };
-    futimens(file, &times).map_err(io::Error::from)
+    file.set_modified(std::time::SystemTime::now())
 }
 
 /// Opens `name` inside the folder `dir` with `flags`, never through a symbolic link (ELOOP);

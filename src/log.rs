@@ -262,8 +262,9 @@ impl Log {
         for _ in 0..2 {
             let f = self.live_file(&mut live)?;
             // One write(2) in O_APPEND mode: concurrent lines never interleave.
+            // Then `fstat` (not `statx`, which std's `metadata` uses: a path lookup of "").
             let written = (&f.file).write_all(line);
-            let meta = written.and_then(|()| f.file.metadata());
+            let meta = written.and_then(|()| Ok(rustix::fs::fstat(&f.file)?));
             let meta = match meta {
                 Ok(m) => m,
                 Err(e) => {
@@ -271,11 +272,11 @@ impl Log {
                     return Err(e);
                 }
             };
-            if meta.nlink() == 0 {
+            if meta.st_nlink == 0 {
                 *live = None;
                 continue;
             }
-            if meta.len() > self.max_bytes {
+            if u64::try_from(meta.st_size).unwrap_or(0) > self.max_bytes {
                 let rotated = self.rotate(&f.file);
                 *live = None;
                 rotated?;

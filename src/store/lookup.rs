@@ -3,7 +3,6 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
 
 use rustix::fs::{AtFlags, FileType, OFlags};
 
@@ -80,12 +79,13 @@ impl Store {
         if proof == Proof::Inode && sc.inode.is_none() {
             return Ok(None);
         }
-        let m = file.metadata()?;
+        // `fstat`, not std's `metadata` (`statx` of the empty path: a path lookup more).
+        let m = rustix::fs::fstat(&file).map_err(io::Error::from)?;
         let facts = FileFacts {
-            size: m.len(),
-            ino: m.ino(),
-            mtime: m.mtime(),
-            is_file: m.is_file(),
+            size: u64::try_from(m.st_size).unwrap_or(0),
+            ino: m.st_ino,
+            mtime: m.st_mtime,
+            is_file: FileType::from_raw_mode(m.st_mode) == FileType::RegularFile,
         };
         Ok(self.lifetimes.live(&sc, facts, now).map(|_| Found {
             size: facts.size,

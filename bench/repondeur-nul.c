@@ -12,7 +12,7 @@
  * Built with -DAPPELS_DU_CONTRAT='"<state folder>"' (bench/run: repondeur-contrat), a GET also
  * makes the system calls the contract asks of every download, and nothing else: open the stored
  * file (fstat for its size) and its sidecar (one read), read the file (pread), set its mtime
- * (futimens, UTIME_NOW), append one line to a log kept open in O_APPEND mode and fstat it (the
+ * (futimens, to the time just read, as the program does), append one line to a log kept open in O_APPEND mode and fstat it (the
  * program's size and rotation check). No parsing, no check, no lock, no sweep: the floor that
  * the contract's own work puts under any program, measured in the same Apache. */
 #define _GNU_SOURCE
@@ -52,7 +52,8 @@ static long contract_download(unsigned char *out, size_t room) {
     }
     close(m);
     long n = pread(fd, out, (size_t)st.st_size, 0);
-    const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+    struct timespec times[2] = {{0, UTIME_OMIT}, {0, 0}};
+    clock_gettime(CLOCK_REALTIME, &times[1]);
     futimens(fd, times);
     close(fd);
     char line[256];

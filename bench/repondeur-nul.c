@@ -12,8 +12,8 @@
  * Built with -DAPPELS_DU_CONTRAT='"<state folder>"' (bench/run: repondeur-contrat), a GET also
  * makes the system calls the contract asks of every download, and nothing else: open the stored
  * file (fstat for its size) and its sidecar (one read), read the file (pread), set its mtime
- * (futimens, to the time just read, as the program does), append one line to a log kept open in O_APPEND mode and fstat it (the
- * program's size and rotation check). No parsing, no check, no lock, no sweep: the floor that
+ * (futimens, to the time just read, as the program does), append one line to a log kept open in O_APPEND mode and read its link
+ * count and size (statx without the times, as the program's size and rotation check does). No parsing, no check, no lock, no sweep: the floor that
  * the contract's own work puts under any program, measured in the same Apache. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,7 +62,8 @@ static long contract_download(unsigned char *out, size_t room) {
     localtime_r(&t, &tm);
     size_t l = strftime(line, 64, "[%Y-%m-%d %H:%M:%S] [127.0.0.1] ", &tm);
     l += (size_t)snprintf(line + l, sizeof line - l, "GET /download.php — téléchargement \"petit.bin\" : OK\n");
-    if (write(log_fd, line, l) < 0 || fstat(log_fd, &st)) return -1;
+    struct statx sx;
+    if (write(log_fd, line, l) < 0 || statx(log_fd, "", AT_EMPTY_PATH, STATX_NLINK | STATX_SIZE, &sx)) return -1;
     return n;
 }
 #endif

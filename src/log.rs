@@ -49,6 +49,29 @@ struct Live {
     checked: Instant,
 }
 
+/// The link count and size of the open log, asked without its timestamps: `statx` with only
+/// those two fields. Reading the times (`fstat` does) marks the inode's ctime as seen (the
+/// multigrain timestamps of Linux ≥ 6.13 on ext4, XFS, Btrfs, tmpfs): the next append within
+/// the same clock tick, which would leave the times as they are, must then stamp a fine-grained
+/// time and write the inode again — at every line under load. `fstat` where `statx` is missing
+/// (Linux < 4.11).
+fn links_and_size(file: &File) -> io::Result<(u64, u64)> {
+    use rustix::fs::{StatxFlags, statx};
+    match statx(
+        file,
+        c"",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::NLINK | StatxFlags::SIZE,
+    ) {
+        Ok(x) => Ok((u64::from(x.stx_nlink), x.stx_size)),
+        Err(rustix::io::Errno::NOSYS) => {
+            let m = file.metadata()?;
+            Ok((m.nlink(), m.len()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// How often the name is checked to still be the open file.
 const NAME_CHECK: Duration = Duration::from_secs(1);
 
@@ -262,21 +285,19 @@ impl Log {
         for _ in 0..2 {
             let f = self.live_file(&mut live)?;
             // One write(2) in O_APPEND mode: concurrent lines never interleave.
-            // Then `fstat` (not `statx`, which std's `metadata` uses: a path lookup of "").
             let written = (&f.file).write_all(line);
-            let meta = written.and_then(|()| Ok(rustix::fs::fstat(&f.file)?));
-            let meta = match meta {
+            let (links, size) = match written.and_then(|()| links_and_size(&f.file)) {
                 Ok(m) => m,
                 Err(e) => {
                     *live = None;
                     return Err(e);
                 }
             };
-            if meta.st_nlink == 0 {
+            if links == 0 {
                 *live = None;
                 continue;
             }
-            if u64::try_from(meta.st_size).unwrap_or(0) > self.max_bytes {
+            if size > self.max_bytes {
                 let rotated = self.rotate(&f.file);
                 *live = None;
                 rotated?;

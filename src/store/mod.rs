@@ -228,7 +228,7 @@ fn is_absent(e: &io::Error) -> bool {
 /// Sets the mtime of an opened stored file to now, its atime untouched: the "last download"
 /// clock of contract §4, on the inode that was served, whatever its name has become since (an
 /// unlinked file is touched harmlessly). An explicit time, not `UTIME_NOW`: letting the kernel
-/// read its clock saves one clock read, but measured slower in A/B passes (docs/PERFORMANCE.md
+/// read its clock saves one clock read, but showed no gain in A/B passes (docs/PERFORMANCE.md
 /// §9.7).
 pub fn touch(file: &File) -> io::Result<()> {
     file.set_modified(std::time::SystemTime::now())

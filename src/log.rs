@@ -54,7 +54,7 @@ struct Live {
 /// multigrain timestamps of Linux ≥ 6.13 on ext4, XFS, Btrfs, tmpfs): the next append within
 /// the same clock tick, which would leave the times as they are, must then stamp a fine-grained
 /// time and write the inode again — at every line under load. `fstat` where `statx` is missing
-/// (Linux < 4.11).
+/// (Linux < 4.11) or refused (old container seccomp profiles answer EPERM), as std does.
 fn links_and_size(file: &File) -> io::Result<(u64, u64)> {
     use rustix::fs::{StatxFlags, statx};
     match statx(
@@ -64,7 +64,7 @@ fn links_and_size(file: &File) -> io::Result<(u64, u64)> {
         StatxFlags::NLINK | StatxFlags::SIZE,
     ) {
         Ok(x) => Ok((u64::from(x.stx_nlink), x.stx_size)),
-        Err(rustix::io::Errno::NOSYS) => {
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
             let m = file.metadata()?;
             Ok((m.nlink(), m.len()))
         }

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -357,6 +357,36 @@ impl Run {
             .unwrap_or(pick % n)
     }
 
+    /// What the three kinds of request share: sends `req` (begun at `start`) to node `pick`,
+    /// then, under the history lock, the triage, the violation when no answer came, and the
+    /// count of its status. `None` when there is nothing more to judge; else the history, the
+    /// answer, and when the exchange began and ended.
+    fn exchange(
+        &self,
+        kind: Kind,
+        pick: usize,
+        req: &Req,
+        start: f64,
+        what: &str,
+    ) -> Option<(MutexGuard<'_, History>, Answer, f64, f64)> {
+        let res = self.target.send(pick, req);
+        let end = wall();
+        let mut h = self.hist.lock().unwrap();
+        if !self.triage(&mut h, (kind, pick, start, end), &res) {
+            return None;
+        }
+        match res {
+            Ok(a) => {
+                *h.statuses.entry((kind, a.status)).or_default() += 1;
+                Some((h, a, start, end))
+            }
+            Err(e) => {
+                h.violation(format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+
     /// Records the timing of an answer; false when it is not to be judged further: a node marked
     /// down answered anything but 200/206 after it was killed, or an allowed 503 + Retry-After.
     fn triage(
@@ -426,29 +456,13 @@ impl Run {
             content_type: Some(ct),
             body,
         };
-        let res = self.target.send(pick, &req);
-        let end = wall();
-        let mut h = self.hist.lock().unwrap();
-        if !self.triage(&mut h, (Kind::Upload, pick, start, end), &res) {
+        let what = format!("upload {}", NAMES[name]);
+        let Some((mut h, a, _, end)) = self.exchange(Kind::Upload, pick, &req, start, &what) else {
             return;
-        }
-        let a = match res {
-            Ok(a) => a,
-            Err(e) => return h.violation(format!("upload {}: {e}", NAMES[name])),
         };
-        *h.statuses.entry((Kind::Upload, a.status)).or_default() += 1;
         *h.bytes.entry(Kind::Upload).or_default() += len as u64;
-        if a.status != 200 {
-            return h.violation(format!(
-                "upload {}: status {} {}",
-                NAMES[name],
-                a.status,
-                String::from_utf8_lossy(&a.body)
-            ));
-        }
-        let v: serde_json::Value = match serde_json::from_slice(&a.body) {
-            Ok(v) => v,
-            Err(e) => return h.violation(format!("upload reply not JSON: {e}")),
+        let Some(v) = json_200(&mut h, &a, &what) else {
+            return;
         };
         let depot = v["expire_a"]
             .as_str()
@@ -482,18 +496,10 @@ impl Run {
             content_type: None,
             body: Vec::new(),
         };
-        let start = wall();
-        let res = self.target.send(pick, &req);
-        let end = wall();
-        let mut h = self.hist.lock().unwrap();
-        if !self.triage(&mut h, (kind, pick, start, end), &res) {
+        let what = format!("{kind:?} {}", NAMES[name]);
+        let Some((mut h, a, start, end)) = self.exchange(kind, pick, &req, wall(), &what) else {
             return;
-        }
-        let a = match res {
-            Ok(a) => a,
-            Err(e) => return h.violation(format!("{kind:?} {}: {e}", NAMES[name])),
         };
-        *h.statuses.entry((kind, a.status)).or_default() += 1;
         *h.bytes.entry(kind).or_default() += a.body.len() as u64;
         let version = match (kind, a.status) {
             (_, 404) => {
@@ -568,30 +574,14 @@ impl Run {
             content_type: Some("application/json".into()),
             body: call.to_string().into_bytes(),
         };
-        let start = wall();
-        let res = self.target.send(pick, &req);
-        let end = wall();
-        let mut h = self.hist.lock().unwrap();
-        if !self.triage(&mut h, (Kind::Mcp, pick, start, end), &res) {
+        let what = format!("MCP {}", NAMES[name]);
+        let Some((mut h, a, start, end)) = self.exchange(Kind::Mcp, pick, &req, wall(), &what)
+        else {
             return;
-        }
-        let a = match res {
-            Ok(a) => a,
-            Err(e) => return h.violation(format!("MCP {}: {e}", NAMES[name])),
         };
-        *h.statuses.entry((Kind::Mcp, a.status)).or_default() += 1;
         *h.bytes.entry(Kind::Mcp).or_default() += a.body.len() as u64;
-        if a.status != 200 {
-            return h.violation(format!(
-                "MCP {}: status {} {}",
-                NAMES[name],
-                a.status,
-                String::from_utf8_lossy(&a.body)
-            ));
-        }
-        let v: serde_json::Value = match serde_json::from_slice(&a.body) {
-            Ok(v) => v,
-            Err(e) => return h.violation(format!("MCP reply not JSON: {e}")),
+        let Some(v) = json_200(&mut h, &a, &what) else {
+            return;
         };
         if v["error"]["code"] == -32000 {
             // Missing or expired: counted as a 404, not a 200.
@@ -630,6 +620,26 @@ impl Run {
             end,
             version,
         });
+    }
+}
+
+/// The JSON body of a 200 (an upload's reply, an MCP answer), or the violation that says what
+/// came instead.
+fn json_200(h: &mut History, a: &Answer, what: &str) -> Option<serde_json::Value> {
+    if a.status != 200 {
+        h.violation(format!(
+            "{what}: status {} {}",
+            a.status,
+            String::from_utf8_lossy(&a.body)
+        ));
+        return None;
+    }
+    match serde_json::from_slice(&a.body) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            h.violation(format!("{what}: reply not JSON: {e}"));
+            None
+        }
     }
 }
 

@@ -38,6 +38,19 @@ pub(super) struct FileFacts {
     pub is_file: bool,
 }
 
+impl FileFacts {
+    /// What a `stat` of the file says.
+    pub fn of(st: &rustix::fs::Stat) -> Self {
+        FileFacts {
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            ino: st.st_ino,
+            mtime: st.st_mtime,
+            is_file: rustix::fs::FileType::from_raw_mode(st.st_mode)
+                == rustix::fs::FileType::RegularFile,
+        }
+    }
+}
+
 /// The two delays of the contract, in seconds.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Lifetimes {

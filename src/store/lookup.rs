@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 
-use rustix::fs::{AtFlags, FileType, OFlags};
+use rustix::fs::{AtFlags, OFlags};
 
 use super::expiry::{FileFacts, Verdict, now_secs};
 use super::lock::ExclusiveGuard;
@@ -80,13 +80,7 @@ impl Store {
             return Ok(None);
         }
         // `fstat`, not std's `metadata` (`statx` of the empty path: a path lookup more).
-        let m = rustix::fs::fstat(&file).map_err(io::Error::from)?;
-        let facts = FileFacts {
-            size: u64::try_from(m.st_size).unwrap_or(0),
-            ino: m.st_ino,
-            mtime: m.st_mtime,
-            is_file: FileType::from_raw_mode(m.st_mode) == FileType::RegularFile,
-        };
+        let facts = FileFacts::of(&rustix::fs::fstat(&file).map_err(io::Error::from)?);
         Ok(self.lifetimes.live(&sc, facts, now).map(|_| Found {
             size: facts.size,
             ino: facts.ino,
@@ -120,12 +114,7 @@ impl Store {
             (Some(f), None) => (self.lifetimes.orphan(f.st_mtime, now), false, true),
             (None, Some(s)) => (self.lifetimes.orphan(s.st_mtime, now), true, false),
             (Some(f), Some(s)) => {
-                let facts = FileFacts {
-                    size: f.st_size as u64,
-                    ino: f.st_ino,
-                    mtime: f.st_mtime,
-                    is_file: FileType::from_raw_mode(f.st_mode) == FileType::RegularFile,
-                };
+                let facts = FileFacts::of(&f);
                 let sc = self.read_sidecar(name);
                 let verdict = self.lifetimes.pair(sc.as_ref(), facts, s.st_mtime, now);
                 (verdict, true, true)

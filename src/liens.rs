@@ -148,6 +148,13 @@ fn parse(presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])> {
     Some((upload, mac.try_into().ok()?))
 }
 
+/// Whether `presented` has the shape of a capability (whatever name or upload it claims).
+/// `/mcp.php` refuses such a bearer without sending it to the authorization server: a link
+/// is a secret of this server, never an OAuth token.
+pub fn looks_like_capability(presented: &[u8]) -> bool {
+    parse(presented).is_some()
+}
+
 /// Checks the capability `presented` for `name` at time `now` (seconds): the upload it was
 /// issued for, or why it opens nothing. Pure: no look-up, so a forged capability cannot tell
 /// whether a name exists.

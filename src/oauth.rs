@@ -539,6 +539,24 @@ pub async fn introspect(
     }
 }
 
+/// A bearer that is one of this server's own secrets — `token_acces` (compared in constant
+/// time) or a per-file link (`liens::looks_like_capability`) — is refused here, with the normal
+/// 401 `invalid_token`: sent to the authorization server it would hand that secret to the
+/// server, its operator, its logs and whatever proxy stands in front of it.
+fn refuse_own_secret(cfg: &Config, token: &str) -> Result<(), AuthError> {
+    if crate::app::token_matches(token.as_bytes(), &cfg.token_acces) {
+        return Err(AuthError::InvalidToken(
+            "token_acces présenté comme jeton OAuth, refusé sans introspection".into(),
+        ));
+    }
+    if crate::liens::looks_like_capability(token.as_bytes()) {
+        return Err(AuthError::InvalidToken(
+            "lien par fichier présenté comme jeton OAuth, refusé sans introspection".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The whole check of contract §7 for one request, given its `Authorization` header. The
 /// caller logs a refusal ([`AuthError::log_words`]); `log` only gets the debug lines of the
 /// introspection.
@@ -548,6 +566,7 @@ pub async fn authorize(
     authorization: Option<&str>,
 ) -> Result<TokenInfo, AuthError> {
     let token = extract_bearer(authorization)?;
+    refuse_own_secret(cfg, token)?;
     let answer = introspect(cfg, log, token).await?;
     let now = jiff::Timestamp::now().as_second();
     check_introspection(cfg, &answer, now)

@@ -427,3 +427,76 @@ fn legacy_batch_of_base64_calls_through_apache_gets_one_answer_per_call() {
     assert_eq!(answers[3]["id"], 4);
     assert_eq!(answers[3]["result"]["isError"], false);
 }
+
+/// This server's own secrets presented as the OAuth bearer — `token_acces` itself, or a
+/// per-file link — are refused at once with the normal 401 `invalid_token` and a log line, and
+/// never reach the authorization server (its operator, its logs, a proxy in front of it).
+#[test]
+fn own_secrets_as_bearer_are_refused_without_introspection() {
+    let idp = IntrospectionServer::start(RESOURCE);
+    let url = toml_string(&idp.url());
+    let id = toml_string(introspection::CLIENT_ID);
+    let secret = toml_string(introspection::CLIENT_SECRET);
+    let resource = toml_string(RESOURCE);
+    let a = Apache::with(
+        Mode::Fcgid,
+        &[
+            ("oauth_url", "\"http://127.0.0.1:9/as\""),
+            ("oauth_introspection_url", &url),
+            ("oauth_client_id", &id),
+            ("oauth_client_secret", &secret),
+            ("mcp_resource_url", &resource),
+            ("liens_par_fichier", "true"),
+        ],
+    );
+    let (_d, path) = local_file("secret.txt", b"contenu");
+    let up = upload(&a.state, &path);
+    assert_eq!(up.status, 200, "{}", up.text());
+    let link = up.json()["url_telechargement"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let capability = link.rsplit_once("&token=").unwrap().1.to_string();
+    assert!(capability.starts_with("l1."), "{link}");
+    // Percent-encoding of a capability is the identity (digits, dots, base64url).
+    assert!(!capability.contains('%'), "{capability}");
+
+    let body = common::tools_call(1, json!({"nom_fichier": "secret.txt"})).to_string();
+    let mcp = format!("{}/mcp.php", a.state.url);
+    for (what, bearer) in [("token_acces", a.token().to_string()), ("lien", capability)] {
+        let auth = format!("Authorization: Bearer {bearer}");
+        let r = curl(&[
+            "-X",
+            "POST",
+            "-H",
+            &auth,
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            &body,
+            &mcp,
+        ]);
+        assert_eq!(r.status, 401, "{what}: {}", r.text());
+        let challenge = r.header("www-authenticate").unwrap_or_default();
+        assert!(
+            challenge.starts_with("Bearer error=\"invalid_token\"")
+                && challenge.contains("resource_metadata="),
+            "{what}: {challenge}"
+        );
+        let log = std::fs::read_to_string(a.state.log_file()).unwrap();
+        let line = log.lines().last().unwrap_or_default();
+        assert!(
+            line.contains("POST /mcp.php") && line.ends_with("REFUSÉ"),
+            "{what}: {line}"
+        );
+        assert!(!line.contains(&bearer), "{what}: secret in the log: {line}");
+    }
+    assert!(
+        idp.recorded().is_empty(),
+        "the authorization server received this server's secrets: {:?}",
+        idp.recorded()
+            .iter()
+            .map(|r| r.body.len())
+            .collect::<Vec<_>>()
+    );
+}

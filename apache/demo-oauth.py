@@ -2,7 +2,8 @@
 """depot-fichiers — serveur d'autorisation OAuth de DÉMONSTRATION (apache/demo), bibliothèque
 standard seulement.
 
-Écoute sur 127.0.0.1 (port choisi par le système, écrit dans FICHIER_PORT une fois prêt) et sert :
+Écoute sur 127.0.0.1 (port choisi par le système, écrit sur la sortie standard une fois prêt,
+qui est alors fermée) et sert :
   POST /introspect  introspection RFC 7662 : le client (HTTP Basic, RFC 6749 §2.3.1) doit être
                     DEMO_OAUTH_CLIENT_ID / DEMO_OAUTH_CLIENT_SECRET ; UN seul jeton porteur,
                     DEMO_OAUTH_JETON, est actif, avec l'audience DEMO_OAUTH_AUDIENCE (l'URL de
@@ -12,7 +13,7 @@ standard seulement.
 Il ne délivre aucun jeton (pas d'autorisation ni de /token) : le jeton de démonstration est tiré
 par apache/demo, qui l'affiche.
 
-    DEMO_OAUTH_…=… demo-oauth.py FICHIER_PORT
+    DEMO_OAUTH_…=… demo-oauth.py
 
 Les secrets passent par l'environnement (jamais en argument, visible de tous dans ps). S'arrête
 sur SIGTERM/SIGINT et tout seul quand son parent (apache/demo) disparaît.
@@ -108,7 +109,6 @@ class Serveurs(ThreadingHTTPServer):
 
 
 def main():
-    fichier_port = sys.argv[1]
     serveur = Serveurs(("127.0.0.1", 0), Serveur)
     parent = os.getppid()
 
@@ -124,9 +124,10 @@ def main():
         os._exit(0)
 
     threading.Thread(target=surveiller, daemon=True).start()
-    with open(fichier_port + ".tmp", "w") as f:
-        f.write(str(serveur.server_address[1]))
-    os.rename(fichier_port + ".tmp", fichier_port)
+    # Par un tube et non par un fichier : lancé sous le compte des enfants d'Apache, il ne doit rien
+    # écrire que root (apache/demo) relise ensuite.
+    print(serveur.server_address[1], flush=True)
+    sys.stdout.close()
     serveur.serve_forever()
 
 

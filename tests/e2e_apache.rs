@@ -393,7 +393,10 @@ fn the_token_is_not_written_to_the_access_log() {
         !access.contains("token="),
         "query string in the access log:\n{access}"
     );
-    for entry in fs::read_dir(a.state.log_dir()).unwrap().flatten() {
+    for entry in [a.state.log_dir(), a.state.server_log_dir()]
+        .iter()
+        .flat_map(|d| fs::read_dir(d).unwrap().flatten())
+    {
         let text = fs::read_to_string(entry.path()).unwrap_or_default();
         assert!(
             !text.contains(a.token()),
@@ -438,20 +441,62 @@ fn smoke(state: &State) {
 
 #[test]
 fn smoke_through_mod_proxy_fcgi_with_listen() {
-    let a = Apache::with(Mode::ProxyFcgi, &[]);
+    let mut a = Apache::with(Mode::ProxyFcgi, &[]);
     smoke(&a.state);
+    a.assert_root_owned();
 }
 
 #[test]
 fn smoke_through_nginx_and_spawn_fcgi() {
-    let n = Nginx::start();
+    let mut n = Nginx::start();
     smoke(&n.state);
+    n.assert_root_owned();
 }
 
 #[test]
 fn smoke_as_plain_cgi_under_mod_cgid() {
-    let a = Apache::with(Mode::Cgi, &[]);
+    let mut a = Apache::with(Mode::Cgi, &[]);
     smoke(&a.state);
+    a.assert_root_owned();
+}
+
+/// Every private Apache the tests start as root (as apache/demo and bench/run do) reads and
+/// writes only root's files: its configuration, logs, PidFile, locks and sockets are in folders
+/// its children (the program, `www-data`) cannot write, so the program cannot plant a symbolic
+/// link there for root's Apache to write through. Only the store, the program's log folder and
+/// the sockets folder (`run/`, mod_fcgid's `run/fcgid`) are the run user's.
+#[test]
+fn private_apache_started_as_root_touches_only_root_files() {
+    for mode in [Mode::Fcgid, Mode::ModCgi] {
+        let mut a = Apache::with(mode, &[]);
+        round_trip(&a.state, "a.txt", b"abc");
+        a.assert_root_owned();
+        if common::is_root() {
+            let (user, _) = common::run_user();
+            let owner = |p: &std::path::Path| {
+                let uid = std::os::unix::fs::MetadataExt::uid(&fs::metadata(p).unwrap());
+                let name = Command::new("id")
+                    .args(["-nu", &uid.to_string()])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&name.stdout).trim().to_string()
+            };
+            for d in [
+                a.state.files(),
+                a.state.log_dir(),
+                a.state.root.join("run/fcgid"),
+            ] {
+                assert_eq!(owner(&d), user, "{}", d.display());
+            }
+            for d in [
+                a.state.root.clone(),
+                a.state.server_log_dir(),
+                a.conf.clone(),
+            ] {
+                assert_eq!(owner(&d), "root", "{}", d.display());
+            }
+        }
+    }
 }
 
 /// Large uploads in CGI mode: Apache hands the body to the program as fast as it comes, so the
@@ -486,8 +531,8 @@ fn large_uploads_as_plain_cgi_under_mod_cgid() {
 
 /// A throw-away self-signed certificate for `depot.example.org`, in the state's `run/`.
 fn self_signed_certificate(state: &State) -> (std::path::PathBuf, std::path::PathBuf) {
-    let cert = state.root.join("run/cert.pem");
-    let key = state.root.join("run/key.pem");
+    let cert = state.root.join("serveur/run/cert.pem");
+    let key = state.root.join("serveur/run/key.pem");
     let st = Command::new("openssl")
         .args([
             "req",
@@ -514,14 +559,16 @@ fn self_signed_certificate(state: &State) -> (std::path::PathBuf, std::path::Pat
     (cert, key)
 }
 
-/// The production vhost itself (not only its common block): HTTP → HTTPS redirect, HSTS once,
-/// and the endpoints over TLS, with a throw-away self-signed certificate.
-#[test]
-fn production_vhost_serves_https_with_hsts_and_redirects_http() {
-    let state = &State::new(common::free_port(), &[]);
-    let tls_port = common::free_port();
+/// The production vhost file itself (both hosts, not only the common block), with its site
+/// parameters pointing into `state`, listening on `state.port` (HTTP) and `tls_port` (HTTPS) with a
+/// throw-away self-signed certificate, plus `server_extra` at server level; started as Apache does
+/// under Debian (`APACHE_LOG_DIR` = the state's server logs). Returns Apache and its configuration.
+fn start_production(
+    state: &State,
+    tls_port: u16,
+    server_extra: &str,
+) -> (common::Guard, std::path::PathBuf) {
     let (cert, key) = self_signed_certificate(state);
-
     let mut prod = String::new();
     for line in fs::read_to_string(common::repo().join("apache/depot-fichiers.conf"))
         .unwrap()
@@ -563,7 +610,7 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
     values.insert("BLOC", String::new());
     let template = fs::read_to_string(common::repo().join("apache/local.conf.template")).unwrap();
     let conf = format!(
-        "{}\nLoadModule ssl_module /usr/lib/apache2/modules/mod_ssl.so\nListen 127.0.0.1:{tls_port}\nInclude \"{}\"\n",
+        "{}\nLoadModule ssl_module /usr/lib/apache2/modules/mod_ssl.so\nListen 127.0.0.1:{tls_port}\n{server_extra}\nInclude \"{}\"\n",
         common::fill(&template, &values),
         prod_path.display()
     );
@@ -572,17 +619,27 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
     state.hand_over();
 
     let mut c = Command::new(apache2());
-    c.env("APACHE_LOG_DIR", state.log_dir())
+    c.env("APACHE_LOG_DIR", state.server_log_dir())
         .arg("-f")
         .arg(&conf_path)
         .arg("-DFOREGROUND");
     let mut g = common::Guard::spawn(
         "apache2 (production vhost)",
         c,
-        &state.log_dir().join("apache-prod.out"),
+        &state.server_log_dir().join("apache-prod.out"),
     );
     common::wait_port(tls_port, &mut g, Duration::from_secs(15))
         .unwrap_or_else(|e| panic!("{e}\n{}", state.logs()));
+    (g, conf_path)
+}
+
+/// The production vhost itself (not only its common block): HTTP → HTTPS redirect, HSTS once,
+/// and the endpoints over TLS, with a throw-away self-signed certificate.
+#[test]
+fn production_vhost_serves_https_with_hsts_and_redirects_http() {
+    let state = &State::new(common::free_port(), &[]);
+    let tls_port = common::free_port();
+    let (mut g, conf_path) = start_production(state, tls_port, "");
 
     let r = curl(&[
         "-H",
@@ -632,6 +689,7 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
         &format!("{base}/upload.php"),
     ]);
     assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
+    common::apache::assert_root_owned(&conf_path, g.child.id());
     g.stop();
 }
 
@@ -675,7 +733,7 @@ fn other_production_vhosts_pass_configtest() {
         let conf_path = state.root.join("t.conf");
         fs::write(&conf_path, conf).unwrap();
         let out = Command::new(apache2())
-            .env("APACHE_LOG_DIR", state.log_dir())
+            .env("APACHE_LOG_DIR", state.server_log_dir())
             .arg("-t")
             .arg("-f")
             .arg(&conf_path)

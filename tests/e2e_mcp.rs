@@ -173,12 +173,12 @@ fn official_python_sdk_in_auto_legacy_and_pinned_modes_through_apache() {
     assert!(!log.contains(&a.state.token));
 }
 
-/// The commands `apache/demo` prints (after the `TOKEN=` line), comment lines dropped and
-/// continuation lines joined; `TOKEN=…` and `JETON=…` are returned apart.
+/// The commands `apache/demo` prints (from the `TOKEN_ACCES=` line), comment lines dropped and
+/// continuation lines joined; `TOKEN_ACCES=…` and `JETON_OAUTH=…` are returned apart.
 fn demo_commands(banner: &str) -> (Vec<String>, String, String) {
     let mut lines = banner
         .lines()
-        .skip_while(|l| !l.starts_with("  TOKEN="))
+        .skip_while(|l| !l.starts_with("  TOKEN_ACCES="))
         .take_while(|l| !l.starts_with("Fichiers déposés"))
         .map(str::trim);
     let (mut commands, mut token, mut jeton) = (Vec::new(), String::new(), String::new());
@@ -187,9 +187,9 @@ fn demo_commands(banner: &str) -> (Vec<String>, String, String) {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        if let Some(t) = line.strip_prefix("TOKEN=") {
+        if let Some(t) = line.strip_prefix("TOKEN_ACCES=") {
             token = t.to_string();
-        } else if let Some(j) = line.strip_prefix("JETON=") {
+        } else if let Some(j) = line.strip_prefix("JETON_OAUTH=") {
             jeton = j.to_string();
         } else if let Some(start) = line.strip_suffix('\\') {
             current.push_str(start);
@@ -237,17 +237,33 @@ fn demo_printed_commands_work_including_mcp() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
     let (commands, token, jeton) = demo_commands(&banner);
-    assert_eq!(token.len(), 64, "TOKEN= line");
-    assert_eq!(jeton.len(), 64, "JETON= line");
-    let hide = |s: &str| s.replace(&token, "<TOKEN>").replace(&jeton, "<JETON>");
+    assert_eq!(token.len(), 64, "TOKEN_ACCES= line");
+    assert_eq!(jeton.len(), 64, "JETON_OAUTH= line");
+    let hide = |s: &str| {
+        s.replace(&token, "<TOKEN_ACCES>")
+            .replace(&jeton, "<JETON_OAUTH>")
+    };
+    // Root's Apache (the demo runs as root in CI) touches only root's files.
+    let state_dir = banner
+        .lines()
+        .find_map(|l| l.strip_prefix("Fichiers déposés : "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|files| files.strip_suffix("/files"))
+        .expect("state folder in the banner")
+        .to_string();
+    let pid = std::fs::read_to_string(format!("{state_dir}/serveur/run/apache2.pid")).unwrap();
+    common::apache::assert_root_owned(
+        std::path::Path::new(&format!("{state_dir}/apache.conf")),
+        pid.trim().parse().unwrap(),
+    );
     let work = tempfile::tempdir().unwrap();
     let run = |cmd: &str| -> String {
         let o = Command::new("bash")
             .arg("-ec")
             .arg(cmd)
             .current_dir(work.path())
-            .env("TOKEN", &token)
-            .env("JETON", &jeton)
+            .env("TOKEN_ACCES", &token)
+            .env("JETON_OAUTH", &jeton)
             .output()
             .unwrap();
         assert!(
@@ -262,7 +278,7 @@ fn demo_printed_commands_work_including_mcp() {
     let mut seen = Vec::new();
     for cmd in &commands {
         if cmd.starts_with("npx ") {
-            assert!(cmd.contains("--header \"Authorization: Bearer $JETON\""));
+            assert!(cmd.contains("--header \"Authorization: Bearer $JETON_OAUTH\""));
             seen.push("inspector");
             continue;
         }
@@ -272,8 +288,13 @@ fn demo_printed_commands_work_including_mcp() {
         } else if cmd.contains("/upload.php") {
             let v = json_of(&stdout);
             assert_eq!(v["succes"], true, "{}", hide(&stdout));
+            // The demo gives per-file links: the printed download line must not need the token.
+            let link = v["url_telechargement"].as_str().unwrap();
+            assert!(!link.contains(&token), "{}", hide(link));
+            assert!(!cmd.contains("TOKEN_ACCES") || !cmd.contains("download.php"));
             "depot"
-        } else if cmd.contains("/download.php") {
+        } else if cmd.contains("url_telechargement") {
+            assert!(!cmd.contains("TOKEN_ACCES"), "{}", hide(cmd));
             assert_eq!(
                 std::fs::read(work.path().join("essai-recupere.txt")).unwrap(),
                 std::fs::read(work.path().join("essai.txt")).unwrap()

@@ -78,7 +78,7 @@ fn start_nodes(jfs: &JuiceFs, intro: &IntrospectionServer) -> (Vec<Node>, String
         let guard = Guard::spawn(
             "depot-fichiers --listen",
             c,
-            &state.log_dir().join(format!("node{i}.out")),
+            &state.server_log_dir().join(format!("node{i}.out")),
         );
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         nodes.push(Node { state, guard, addr });
@@ -252,7 +252,7 @@ fn start_holder(node: &Node) -> (Guard, SocketAddr) {
     let mut g = Guard::spawn(
         "depot-fichiers --listen (paused)",
         c,
-        &node.state.log_dir().join("holder.out"),
+        &node.state.server_log_dir().join("holder.out"),
     );
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let t = Instant::now();
@@ -344,7 +344,7 @@ fn client_juicefs_tue() {
             common::wait_stopped(
                 holder_pid,
                 Duration::from_secs(10),
-                &nodes[0].state.log_dir().join("holder.out"),
+                &nodes[0].state.server_log_dir().join("holder.out"),
             );
             kill_at = ctl.elapsed().as_secs_f64();
             ctl.mark_down(0);

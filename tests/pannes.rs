@@ -68,7 +68,7 @@ impl Proc {
         env: &[(&str, &str)],
     ) -> Proc {
         let sock = state.root.join(format!("run/{tag}.sock"));
-        let out = state.root.join(format!("run/{tag}.out"));
+        let out = state.server_log_dir().join(format!("{tag}.out"));
         let mut c = Command::new(bin);
         c.arg("--config")
             .arg(state.config())

@@ -143,7 +143,7 @@ fn a_meta_folder_that_is_a_symlink_is_refused_at_start_and_by_check_config() {
     assert_eq!(common::entries(&foreign), ["notes.json"]);
     assert!(!s.files().join("b.txt").exists());
     let errors = fs::read_to_string(a.error_log()).unwrap_or_default()
-        + &fs::read_to_string(s.log_dir().join("apache.out")).unwrap_or_default();
+        + &fs::read_to_string(s.server_log_dir().join("apache.out")).unwrap_or_default();
     assert!(errors.contains("est un lien symbolique"), "{errors}");
 }
 

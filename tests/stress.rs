@@ -52,7 +52,7 @@ fn stress_fastcgi_processes() {
         guards.push(Guard::spawn(
             "depot-fichiers --listen",
             c,
-            &state.log_dir().join(format!("p{i}.out")),
+            &state.server_log_dir().join(format!("p{i}.out")),
         ));
         socks.push(sock);
     }

@@ -41,6 +41,8 @@ pub struct Apache {
     backend: Option<Guard>,
     pub state: State,
     pub mode: Mode,
+    /// The configuration file Apache was started with.
+    pub conf: PathBuf,
 }
 
 impl Apache {
@@ -122,7 +124,7 @@ impl Apache {
             let mut g = Guard::spawn(
                 "depot-fichiers --listen",
                 c,
-                &state.log_dir().join("backend.out"),
+                &state.server_log_dir().join("backend.out"),
             );
             wait_port(fcgi_port, &mut g, Duration::from_secs(10))
                 .map_err(|e| format!("{e}\n{}", state.logs()))?;
@@ -133,7 +135,7 @@ impl Apache {
 
         let mut c = Command::new(apache2());
         c.arg("-f").arg(&conf).arg("-DFOREGROUND");
-        let mut apache = Guard::spawn("apache2", c, &state.log_dir().join("apache.out"));
+        let mut apache = Guard::spawn("apache2", c, &state.server_log_dir().join("apache.out"));
         wait_port(port, &mut apache, Duration::from_secs(15))
             .map_err(|e| format!("{e}\n{}", state.logs()))?;
         Ok(Apache {
@@ -141,6 +143,7 @@ impl Apache {
             backend,
             state,
             mode,
+            conf,
         })
     }
 
@@ -151,10 +154,21 @@ impl Apache {
         &self.state.token
     }
     pub fn access_log(&self) -> PathBuf {
-        self.state.log_dir().join("apache-access.log")
+        self.state.server_log_dir().join("apache-access.log")
     }
     pub fn error_log(&self) -> PathBuf {
-        self.state.log_dir().join("apache-error.log")
+        self.state.server_log_dir().join("apache-error.log")
+    }
+
+    /// Fails unless everything this Apache (started as root) reads or writes is root's and
+    /// writable by nobody else (`tests/proprietaires-apache`).
+    pub fn assert_root_owned(&mut self) {
+        assert!(
+            self.apache.is_running(),
+            "Apache stopped:\n{}",
+            self.state.logs()
+        );
+        assert_root_owned(&self.conf, self.apache.child.id());
     }
 
     /// Stops Apache now (also done on drop).
@@ -164,6 +178,23 @@ impl Apache {
             b.stop();
         }
     }
+}
+
+/// `tests/proprietaires-apache CONF PID`: what the Apache of `conf`, whose parent is `pid`, reads
+/// and writes as root is root's and writable by nobody else.
+pub fn assert_root_owned(conf: &std::path::Path, pid: u32) {
+    let out = Command::new(repo().join("tests/proprietaires-apache"))
+        .arg(conf)
+        .arg(pid.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} (pid {pid}) touches files its children could replace:\n{}{}",
+        conf.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The apache2 binary (Debian puts it in /usr/sbin, not always in a user's PATH).

@@ -179,7 +179,15 @@ impl State {
             .tempdir()
             .unwrap();
         let root = dir.path().to_path_buf();
-        for d in ["www", "files", "log", "run/fcgid", "bin"] {
+        for d in [
+            "www",
+            "files",
+            "log",
+            "run/fcgid",
+            "bin",
+            "serveur/run",
+            "serveur/log",
+        ] {
             fs::create_dir_all(root.join(d)).unwrap();
         }
         let (user, group) = run_user();
@@ -267,8 +275,15 @@ impl State {
     pub fn meta(&self) -> PathBuf {
         self.root.join("files/.meta")
     }
+    /// The binary's log folder (`dossier_log`), the run user's.
     pub fn log_dir(&self) -> PathBuf {
         self.root.join("log")
+    }
+    /// Apache's own files and logs, and the captured output of every server the test starts:
+    /// written by root when the tests run as root, so root's, never the run user's (who could
+    /// otherwise plant a symbolic link there for root to write through).
+    pub fn server_log_dir(&self) -> PathBuf {
+        self.root.join("serveur/log")
     }
     /// The binary's own log.
     pub fn log_file(&self) -> PathBuf {
@@ -293,32 +308,35 @@ impl State {
         fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
     }
 
-    /// When running as root, hands the whole folder to the run user (the binary copy stays
-    /// root-owned and read-only for it, as `install` would leave it in /usr/bin).
+    /// When running as root, hands to the run user what the program writes — the store, its
+    /// log folder, the sockets folder (`run/`, mod_fcgid's `run/fcgid` inside) and its
+    /// configuration — and nothing else: the state folder, Apache's configuration, its logs,
+    /// PidFile and locks (`serveur/`), `www/` and `bin/` stay root's (apache/local.conf.template
+    /// says why).
     pub fn hand_over(&self) {
         if !is_root() {
             return;
         }
-        let st = Command::new("chown")
-            .arg("-R")
-            .arg(format!("{}:{}", self.user, self.group))
-            .arg(&self.root)
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let st = Command::new("chown")
-            .arg("root:root")
-            .arg(self.bin())
-            .status()
-            .unwrap();
-        assert!(st.success());
+        let owner = format!("{}:{}", self.user, self.group);
+        let mut chown = Command::new("chown");
+        chown.arg("-R").arg(&owner);
+        for d in [
+            self.files(),
+            self.log_dir(),
+            self.root.join("run"),
+            self.config(),
+        ] {
+            chown.arg(d);
+        }
+        assert!(chown.status().unwrap().success());
         fs::set_permissions(&self.root, fs::Permissions::from_mode(0o755)).unwrap();
     }
 
     /// Everything the servers wrote to their logs, for failure messages.
     pub fn logs(&self) -> String {
         let mut s = String::new();
-        if let Ok(rd) = fs::read_dir(self.log_dir()) {
+        for dir in [self.log_dir(), self.server_log_dir()] {
+            let Ok(rd) = fs::read_dir(dir) else { continue };
             let mut paths: Vec<_> = rd.flatten().map(|e| e.path()).collect();
             paths.sort();
             for p in paths {
@@ -339,6 +357,7 @@ impl Drop for State {
     /// Keeps the logs (the binary's, the web servers', captured stderr) for the secrets audit.
     fn drop(&mut self) {
         audit::keep_logs(&self.log_dir());
+        audit::keep_logs(&self.server_log_dir());
     }
 }
 

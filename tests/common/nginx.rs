@@ -13,9 +13,32 @@ pub struct Nginx {
     nginx: Guard,
     _backend: Guard,
     pub state: State,
+    conf: std::path::PathBuf,
 }
 
 impl Nginx {
+    /// Fails unless everything the nginx master (root) reads or writes is root's and writable by
+    /// nobody else (`tests/proprietaires-apache --nginx`).
+    pub fn assert_root_owned(&mut self) {
+        assert!(
+            self.nginx.is_running(),
+            "nginx stopped:\n{}",
+            self.state.logs()
+        );
+        let out = std::process::Command::new(repo().join("tests/proprietaires-apache"))
+            .arg("--nginx")
+            .arg(&self.conf)
+            .arg(self.nginx.child.id().to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "nginx touches files its workers could replace:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn start() -> Nginx {
         let mut last = String::new();
         for _ in 0..3 {
@@ -58,7 +81,8 @@ impl Nginx {
             .arg(state.bin())
             .arg("--config")
             .arg(state.config());
-        let mut backend = Guard::spawn("spawn-fcgi", c, &state.log_dir().join("backend.out"));
+        let mut backend =
+            Guard::spawn("spawn-fcgi", c, &state.server_log_dir().join("backend.out"));
         wait_port(fcgi_port, &mut backend, Duration::from_secs(10))
             .map_err(|e| format!("{e}\n{}", state.logs()))?;
 
@@ -76,13 +100,14 @@ impl Nginx {
         }
         let mut c = Command::new(nginx());
         c.arg("-c").arg(&conf);
-        let mut nginx = Guard::spawn("nginx", c, &state.log_dir().join("nginx.out"));
+        let mut nginx = Guard::spawn("nginx", c, &state.server_log_dir().join("nginx.out"));
         wait_port(port, &mut nginx, Duration::from_secs(10))
             .map_err(|e| format!("{e}\n{}", state.logs()))?;
         Ok(Nginx {
             nginx,
             _backend: backend,
             state,
+            conf,
         })
     }
 

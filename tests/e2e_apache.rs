@@ -693,6 +693,103 @@ fn production_vhost_serves_https_with_hsts_and_redirects_http() {
     g.stop();
 }
 
+/// No log that the shipped site makes Apache write holds a token or a per-file link in full,
+/// the port-80 host included: Debian's server-level `other_vhosts_access.log` (`%r`, query string
+/// and all) is loaded as `a2enconf other-vhosts-access-log` does, then files are downloaded by
+/// their links over `http://` (redirected) and `https://`, with `token_acces` and with a
+/// capability, and every log file of Apache and of the program is read afterwards.
+#[test]
+fn no_log_of_the_shipped_site_holds_a_token() {
+    let state = &State::new(
+        common::free_port(),
+        &[
+            ("url_base", "\"https://depot.example.org\""),
+            ("liens_par_fichier", "true"),
+        ],
+    );
+    let tls_port = common::free_port();
+    // What Debian's apache2.conf and conf-enabled/other-vhosts-access-log.conf set up.
+    let debian = fs::read_to_string("/etc/apache2/apache2.conf").unwrap();
+    let vhost_combined = debian
+        .lines()
+        .find(|l| l.starts_with("LogFormat") && l.ends_with(" vhost_combined"))
+        .expect("Debian's vhost_combined LogFormat");
+    let other_vhosts = "/etc/apache2/conf-available/other-vhosts-access-log.conf";
+    assert!(
+        fs::read_to_string(other_vhosts)
+            .unwrap()
+            .contains("other_vhosts_access.log"),
+        "{other_vhosts}"
+    );
+    let extra = format!("{vhost_combined}\nInclude {other_vhosts}\n");
+    let (mut g, _) = start_production(state, tls_port, &extra);
+
+    let resolve = [
+        format!("depot.example.org:443:127.0.0.1:{tls_port}"),
+        format!("depot.example.org:80:127.0.0.1:{}", state.port),
+    ];
+    let get = |url: &str, extra: &[&str]| {
+        let mut args = vec![
+            "-k",
+            "--connect-to",
+            &resolve[0],
+            "--connect-to",
+            &resolve[1],
+        ];
+        args.extend_from_slice(extra);
+        args.push(url);
+        curl(&args)
+    };
+    let content = bytes(5000, 7);
+    let (_d, p) = local_file("journal.bin", &content);
+    let auth = format!("Authorization: Bearer {}", state.token);
+    let form = format!("fichier=@{}", p.display());
+    let r = get(
+        "https://depot.example.org/upload.php",
+        &["-H", &auth, "-F", &form],
+    );
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
+    let cap_link = r.json()["url_telechargement"].as_str().unwrap().to_string();
+    let (before, capability) = cap_link.rsplit_once("&token=").unwrap();
+    assert!(capability.starts_with("l1."), "{cap_link}");
+    let capability = capability.to_string();
+    common::audit::secret(&capability);
+    let link = format!("{before}&token={}", state.token);
+    for l in [&link, &cap_link] {
+        let plain = l.replace("https://", "http://");
+        let r = get(&plain, &[]);
+        assert_eq!(r.status, 301, "{}", r.text());
+        assert_eq!(r.header("location"), Some(l.as_str()));
+        let r = get(l, &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.body == content);
+    }
+    g.stop();
+    let mut read = 0;
+    for dir in [state.server_log_dir(), state.log_dir()] {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let text = fs::read_to_string(entry.path()).unwrap_or_default();
+            read += 1;
+            for secret in [state.token.as_str(), capability.as_str()] {
+                assert!(
+                    !text.contains(secret),
+                    "a secret in {}:\n{}",
+                    entry.path().display(),
+                    text.replace(&state.token, "<TOKEN>")
+                        .replace(&capability, "<LIEN>")
+                );
+            }
+        }
+    }
+    let other = state.server_log_dir().join("other_vhosts_access.log");
+    assert!(read >= 4, "{read} log files");
+    assert!(
+        !other.exists() || fs::read_to_string(&other).unwrap().trim().is_empty(),
+        "a shipped host logs through the server's CustomLog: {}",
+        fs::read_to_string(&other).unwrap()
+    );
+}
+
 /// The other two production vhosts pass `apache2 -t` once their site parameters point at real
 /// files (same substitutions as above, no start).
 #[test]

@@ -103,7 +103,7 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         && method == "GET"
         && req.header("Range").is_none()
         && found.size >= app.cfg.x_sendfile_taille_min_octets)
-        .then(|| x_sendfile_value(&app.store.file_path(&name)))
+        .then(|| sendfile_path(app, &found))
         .flatten();
     if let Some(value) = sendfile {
         // The web server (mod_xsendfile) sends the file itself and sets Content-Length; the
@@ -111,6 +111,7 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         // multi-ranges, If-Range) must not be re-interpreted by Apache's byte-range filter.
         // Small files stay here too: one STDOUT record costs less than mod_xsendfile's work.
         // Handing the file over counts as the download (the mtime clock of the contract).
+        crate::store::pause_point("avant-x-sendfile");
         let _ = found.touch();
         resp = resp.header("X-Sendfile", value);
         return Ok((name, resp, shown));
@@ -122,6 +123,31 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         touch_when_sent: touch,
     };
     Ok((name, resp, shown))
+}
+
+/// The `X-Sendfile` value for the file that was looked up: a second name of that very inode
+/// ([`crate::store::Store::sendfile_alias`]), never the stored name, which a new upload may take
+/// before the web server opens it (it would then send another upload's bytes under this one's
+/// link and ETag). `None` (the program sends the file itself) when no alias can be made — the
+/// file lost its name meanwhile, `/proc` is missing — or when its path cannot be written as a
+/// header value both mod_xsendfile generations read alike ([`x_sendfile_value`]).
+fn sendfile_path(app: &App, found: &Found) -> Option<String> {
+    let alias = match app.store.sendfile_alias(&found.file) {
+        Ok(p) => p,
+        Err(e) => {
+            if app.log.debug_enabled() {
+                app.log.debug(&format!(
+                    "X-Sendfile : pas d'alias ({e}), envoi par le programme"
+                ));
+            }
+            return None;
+        }
+    };
+    let value = x_sendfile_value(&alias);
+    if value.is_none() {
+        let _ = std::fs::remove_file(&alias);
+    }
+    value
 }
 
 /// Who may read what: `token_acces` opens every name (then the name is checked: 400); with

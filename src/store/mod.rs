@@ -5,7 +5,9 @@
 //! - `.meta/<name>.json`: its sidecar, written once per upload, never rewritten;
 //! - `.tmp/*.part`: uploads being written (each flock-ed by its writer for its whole life);
 //! - `.tmp/verrou`: the store lock; `.tmp/balayage`: the sweep-cadence marker (its mtime);
-//!   `.tmp/echeance`: the earliest possible expiry (mtime) as of the last real scan (atime).
+//!   `.tmp/echeance`: the earliest possible expiry (mtime) as of the last real scan (atime);
+//! - `.tmp/envoi-*`: second names of stored files handed to the web server by `X-Sendfile`
+//!   ([`Store::sendfile_alias`]), removed by the sweep after a minute.
 //!
 //! Rooms: this file holds the layout and [`Store`] (the folders' descriptors, paths, opening);
 //! `lock.rs` the store lock as a guard, shared or exclusive; `expiry.rs` the verdicts of
@@ -28,7 +30,8 @@
 //! Trust: the root, `.meta` and `.tmp` are checked and opened once per process (see
 //! [`crate::folders`]) and every file operation goes through those descriptors with
 //! `O_NOFOLLOW`: a folder or a file of the store swapped for a symbolic link later can neither
-//! redirect a write nor a deletion. Only [`Store::file_path`] (for `X-Sendfile`) is a path.
+//! redirect a write nor a deletion. Only [`Store::sendfile_alias`] (for `X-Sendfile`) returns a
+//! path, for the web server to open.
 
 mod expiry;
 mod lock;
@@ -40,15 +43,15 @@ mod tests;
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 use crate::config::Config;
 use crate::folders;
-use crate::names::Name;
 
 pub use expiry::now_secs;
 pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
@@ -64,6 +67,11 @@ const DEADLINE_MARKER: &str = "echeance";
 /// Longest time between two real scans of the store (see [`Store::sweep_now`]).
 const FORCED_SCAN_SECS: i64 = 60;
 const PART_SUFFIX: &str = ".part";
+/// Prefix of the `X-Sendfile` aliases of `.tmp` (see [`Store::sendfile_alias`]).
+const ALIAS_PREFIX: &str = "envoi-";
+/// How long an `X-Sendfile` alias lives: the web server opens it as soon as it reads the
+/// response headers, milliseconds later.
+const ALIAS_LIFE_SECS: i64 = 60;
 
 /// The sidecar `.meta/<name>.json`, written once per upload and never rewritten.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -209,9 +217,35 @@ impl Store {
         &self.root
     }
 
-    /// Where a stored file lives (`X-Sendfile` gives this path to the web server).
-    pub fn file_path(&self, name: &Name) -> PathBuf {
-        self.root.join(name.as_str())
+    /// A second name, in `.tmp`, for the stored file open as `file`: the path to hand to the web
+    /// server with `X-Sendfile`. The web server opens that path after the response is written;
+    /// the stored file's own name may have been given to a new upload by then, its alias still
+    /// names the inode that was looked up, checked against the link and described by the ETag.
+    /// Made with `linkat` of `/proc/self/fd/N` (no privilege needed, unlike `AT_EMPTY_PATH`), so
+    /// a file that lost its name meanwhile (replaced, removed) cannot be aliased: the caller
+    /// sends it itself. Named `envoi-<seconds>.<nanoseconds>-<pid>-<n>`; the sweep removes
+    /// aliases older than [`ALIAS_LIFE_SECS`] (`sweep.rs`), whoever made them.
+    pub fn sendfile_alias(&self, file: &File) -> io::Result<PathBuf> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let alias = format!(
+            "{ALIAS_PREFIX}{}.{:09}-{}-{}",
+            now.as_secs(),
+            now.subsec_nanos(),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            proc_path.as_str(),
+            &self.tmp_fd,
+            alias.as_str(),
+            AtFlags::SYMLINK_FOLLOW,
+        )?;
+        Ok(self.root.join(TMP).join(alias))
     }
 
     /// Opens (creating it 0600 if missing) a file of `.tmp`, never through a symbolic link.
@@ -233,6 +267,29 @@ fn is_absent(e: &io::Error) -> bool {
 pub fn touch(file: &File) -> io::Result<()> {
     file.set_modified(std::time::SystemTime::now())
 }
+
+/// TEST ONLY (feature `injection-pannes`): stops the process with SIGSTOP at the named point
+/// when the environment variable `DEPOT_FICHIERS_TEST_PAUSE` (read once) names it, so that a
+/// test can act (SIGKILL, another request) exactly there. Points of a publication:
+/// `pendant-ecriture` (after the first chunk of an upload is written), `avant-renommage`
+/// (sidecar temporary written, store lock held, nothing renamed), `entre-renommages` (sidecar
+/// renamed, file not yet), `apres-renommage` (both renamed, store lock still held); of a
+/// download: `avant-x-sendfile` (the file looked up and its link checked, the `X-Sendfile`
+/// answer not yet written). Without the feature this is an empty inline function.
+#[cfg(feature = "injection-pannes")]
+pub(crate) fn pause_point(point: &str) {
+    static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let wanted = WANTED.get_or_init(|| std::env::var("DEPOT_FICHIERS_TEST_PAUSE").ok());
+    if wanted.as_deref() == Some(point) {
+        eprintln!("depot-fichiers : pause de test « {point} »");
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+    }
+}
+
+#[cfg(not(feature = "injection-pannes"))]
+#[inline(always)]
+pub(crate) fn pause_point(_point: &str) {}
 
 /// Opens `name` inside the folder `dir` with `flags`, never through a symbolic link (ELOOP);
 /// a file it creates gets mode 0600.

@@ -12,29 +12,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{AtFlags, OFlags, StatxFlags};
 use sha2::{Digest, Sha256};
 
-use super::{PART_SUFFIX, Sidecar, Store, StoreError, list_stored_names, open_at};
+use super::{PART_SUFFIX, Sidecar, Store, StoreError, list_stored_names, open_at, pause_point};
 use crate::names::Name;
-
-/// TEST ONLY (feature `injection-pannes`): stops the process with SIGSTOP at the named point of
-/// a publication when the environment variable `DEPOT_FICHIERS_TEST_PAUSE` (read once) names it,
-/// so that a test can SIGKILL it exactly there. Points: `pendant-ecriture` (after the first
-/// chunk of an upload is written), `avant-renommage` (sidecar temporary written, store lock held,
-/// nothing renamed), `entre-renommages` (sidecar renamed, file not yet), `apres-renommage` (both
-/// renamed, store lock still held). Without the feature this is an empty inline function.
-#[cfg(feature = "injection-pannes")]
-fn pause_point(point: &str) {
-    static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let wanted = WANTED.get_or_init(|| std::env::var("DEPOT_FICHIERS_TEST_PAUSE").ok());
-    if wanted.as_deref() == Some(point) {
-        eprintln!("depot-fichiers : pause de test « {point} »");
-        let _ =
-            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
-    }
-}
-
-#[cfg(not(feature = "injection-pannes"))]
-#[inline(always)]
-fn pause_point(_point: &str) {}
 
 /// What a successful publication produced.
 #[derive(Debug)]

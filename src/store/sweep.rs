@@ -11,8 +11,8 @@ use rustix::fs::{AtFlags, FileType, OFlags, StatxFlags};
 use super::expiry::{Verdict, now_secs};
 use super::lock::ExclusiveGuard;
 use super::{
-    DEADLINE_MARKER, FORCED_SCAN_SECS, PART_SUFFIX, SWEEP_MARKER, Store, list_names,
-    list_stored_names, open_at,
+    ALIAS_LIFE_SECS, ALIAS_PREFIX, DEADLINE_MARKER, FORCED_SCAN_SECS, PART_SUFFIX, SWEEP_MARKER,
+    Store, list_names, list_stored_names, open_at,
 };
 use crate::names::Name;
 
@@ -271,20 +271,33 @@ impl Store {
         }
     }
 
-    /// The `.part` files of `.tmp`, live or not.
-    fn temporaries(&self) -> io::Result<Vec<Vec<u8>>> {
+    /// The `.part` files of `.tmp`, live or not, and the `X-Sendfile` aliases.
+    fn temporaries(&self) -> io::Result<Temporaries> {
         Ok(list_names(&self.tmp_fd)?
             .into_iter()
-            .filter(|n| n.ends_with(PART_SUFFIX.as_bytes()))
-            .collect())
+            .filter(|n| {
+                n.ends_with(PART_SUFFIX.as_bytes()) || n.starts_with(ALIAS_PREFIX.as_bytes())
+            })
+            .partition(|n| n.ends_with(PART_SUFFIX.as_bytes())))
     }
 
-    /// Removes the `.part` files whose writer is gone. Each one is probed first without the
-    /// store lock (a `.part` locked by its writer is alive: skipped); only one found unlocked
-    /// takes the exclusive store lock, one at a time, to be probed again and removed.
+    /// Removes the `.part` files whose writer is gone, and the `X-Sendfile` aliases older than
+    /// [`ALIAS_LIFE_SECS`]. Each `.part` is probed first without the store lock (a `.part`
+    /// locked by its writer is alive: skipped); only one found unlocked takes the exclusive
+    /// store lock, one at a time, to be probed again and removed. An alias is only a second name
+    /// of a stored file: removing it changes no pair, so it needs no lock.
     pub(super) fn remove_dead_temporaries(&self) -> io::Result<Vec<String>> {
         let mut removed = Vec::new();
-        for raw in self.temporaries()? {
+        let (parts, aliases) = self.temporaries()?;
+        let now = now_secs();
+        for raw in aliases {
+            if alias_expired(&raw, now)
+                && rustix::fs::unlinkat(&self.tmp_fd, raw.as_slice(), AtFlags::empty()).is_ok()
+            {
+                removed.push(String::from_utf8_lossy(&raw).into_owned());
+            }
+        }
+        for raw in parts {
             if !self.unlocked_part(&raw) {
                 continue;
             }
@@ -324,6 +337,23 @@ impl Store {
         let answer = then();
         let _ = f.unlock();
         answer
+    }
+}
+
+/// The names of `.tmp`'s `.part` files and of its `X-Sendfile` aliases.
+type Temporaries = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// Whether the `X-Sendfile` alias `raw` (`envoi-<seconds>.<…>`) was made more than
+/// [`ALIAS_LIFE_SECS`] ago, or has a name no alias has (nothing else of that prefix is ever
+/// written in `.tmp`). A time in the future, another node's clock ahead, is young.
+pub(super) fn alias_expired(raw: &[u8], now: i64) -> bool {
+    let made = raw
+        .strip_prefix(ALIAS_PREFIX.as_bytes())
+        .and_then(|rest| rest.split(|&b| b == b'.').next())
+        .and_then(|secs| std::str::from_utf8(secs).ok()?.parse::<i64>().ok());
+    match made {
+        Some(t) => now - t > ALIAS_LIFE_SECS,
+        None => true,
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::config;
+use crate::names::Name;
 
 pub(crate) fn test_store(dir: &Path, extra: &str) -> (Config, Store) {
     let text = format!(
@@ -674,4 +675,51 @@ fn a_removed_sweep_marker_is_not_read_through_the_kept_descriptor() {
     // A fresh (empty) marker: never stamped, so the next request sweeps.
     assert!(store.sweep().unwrap().full);
     assert!(!store.sweep().unwrap().full);
+}
+
+#[test]
+fn an_x_sendfile_alias_names_the_looked_up_inode_and_goes_after_a_minute() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "");
+    let name = Name::parse(b"gros.bin").unwrap();
+    put(&store, "gros.bin", b"version 1");
+    let found = store.lookup(&name).unwrap().unwrap();
+    let alias = store.sendfile_alias(&found.file).unwrap();
+    assert_eq!(alias.parent().unwrap(), d.path().join("files/.tmp"));
+    // A new upload takes the name; the alias still names the first version.
+    put(&store, "gros.bin", b"version 2, plus longue");
+    assert_eq!(std::fs::read(&alias).unwrap(), b"version 1");
+    assert_eq!(
+        std::fs::metadata(&alias).unwrap().ino(),
+        found.file.metadata().unwrap().ino()
+    );
+    // A file that has lost its name cannot be aliased (the caller then sends it itself).
+    put(&store, "autre.bin", b"a");
+    let other = Name::parse(b"autre.bin").unwrap();
+    let gone = store.lookup(&other).unwrap().unwrap();
+    put(&store, "autre.bin", b"b");
+    assert!(store.sendfile_alias(&gone.file).is_err());
+    // The sweep keeps a young alias, removes one older than a minute (whoever made it) and
+    // anything else of that prefix; no .part or pair is touched.
+    let old = d.path().join(format!(
+        "files/.tmp/envoi-{}.000000001-1-1",
+        now_secs() - ALIAS_LIFE_SECS - 1
+    ));
+    std::fs::hard_link(&alias, &old).unwrap();
+    let junk = d.path().join("files/.tmp/envoi-x");
+    std::fs::write(&junk, b"").unwrap();
+    let report = store.sweep_full().unwrap();
+    assert!(alias.exists());
+    assert!(!old.exists() && !junk.exists(), "{report:?}");
+    assert_eq!(
+        std::fs::read(d.path().join("files/gros.bin")).unwrap(),
+        b"version 2, plus longue"
+    );
+    assert!(
+        !sweep::alias_expired(
+            format!("envoi-{}.1-2-3", now_secs() + 30).as_bytes(),
+            now_secs()
+        ),
+        "an alias from a clock ahead is young"
+    );
 }

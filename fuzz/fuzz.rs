@@ -174,10 +174,7 @@ fn t_params(data: &[u8]) -> String {
                 .iter()
                 .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), v.to_vec()))
                 .collect();
-            let req = Request {
-                params,
-                body: Body::empty(),
-            };
+            let req = Request::new(params, Body::empty());
             let _ = (req.method(), req.header("Authorization"), req.query());
             let _ = router::endpoint(&req);
             format!("ok {}", pairs.len().min(4))
@@ -353,7 +350,7 @@ fn t_multipart(data: &[u8]) -> String {
         let chunk = 1 + (data.len() * 31 + data.first().copied().unwrap_or(0) as usize) % 997;
         let chunks: Vec<Bytes> = body.chunks(chunk).map(Bytes::copy_from_slice).collect();
         let (tx, body) = Body::channel();
-        let req = Request { params, body };
+        let req = Request::new(params, body);
         let resp = env.rt.block_on(async {
             let feed = async move {
                 for c in chunks {

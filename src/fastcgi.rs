@@ -22,6 +22,7 @@
 
 pub mod cgi;
 pub mod conn;
+pub mod machine;
 pub mod record;
 
 use std::fmt;

@@ -186,15 +186,37 @@ impl Stream for Body {
     }
 }
 
+/// What the web server asks of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The answer to the request (FastCGI `FCGI_RESPONDER`, CGI).
+    Responder,
+    /// A decision taken before the body is read (FastCGI `FCGI_AUTHORIZER`, mod_fcgid's
+    /// `FcgidAccessChecker`): status 200 lets the request through to its responder, anything
+    /// else refuses it. No body.
+    Authorizer,
+}
+
 /// One request, as the web server describes it.
 pub struct Request {
     /// The CGI/FastCGI parameters.
     pub params: Params,
     /// The request body, read as it arrives.
     pub body: Body,
+    /// What the web server asks of it.
+    pub role: Role,
 }
 
 impl Request {
+    /// A request to answer (the responder role).
+    pub fn new(params: Params, body: Body) -> Request {
+        Request {
+            params,
+            body,
+            role: Role::Responder,
+        }
+    }
+
     /// `REQUEST_METHOD` (empty when absent).
     pub fn method(&self) -> &str {
         self.params.get("REQUEST_METHOD").unwrap_or("GET")
@@ -730,12 +752,12 @@ mod tests {
 
     #[tokio::test]
     async fn header_lookup_ignores_empty_values() {
-        let req = Request {
-            params: [("HTTP_AUTHORIZATION", ""), ("CONTENT_TYPE", "x/y")]
+        let req = Request::new(
+            [("HTTP_AUTHORIZATION", ""), ("CONTENT_TYPE", "x/y")]
                 .into_iter()
                 .collect(),
-            body: Body::empty(),
-        };
+            Body::empty(),
+        );
         assert_eq!(req.header("Authorization"), None);
         assert_eq!(req.header("content-type"), Some("x/y"));
     }
@@ -761,10 +783,7 @@ mod tests {
         assert_eq!(params.get("HTTP_BAD"), None);
         assert_eq!(params.get_bytes("HTTP_BAD"), Some(&b"\xff"[..]));
         assert_eq!(params.get("request_method"), None);
-        let req = Request {
-            params,
-            body: Body::empty(),
-        };
+        let req = Request::new(params, Body::empty());
         assert_eq!(req.header("If-Range"), Some("\"e\""));
         assert_eq!(req.header("if-range"), Some("\"e\""));
         assert_eq!(req.header("If_Range"), Some("\"e\""));

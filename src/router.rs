@@ -1,9 +1,14 @@
 //! The dispatch of a request to its endpoint (contract §2), and what every answer gets after it:
 //! a `HEAD` request is answered without body, whatever the endpoint.
+//!
+//! One more way in: the **authorizer** role (mod_fcgid's `FcgidAccessChecker`): asked on the
+//! headers alone, before mod_fcgid reads the body, whether the endpoint would read it
+//! ([`authorize`]): 200 lets the request through, anything else makes Apache refuse it with 401
+//! without reading the body.
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::http::{Request, Response};
+use crate::http::{Request, Response, Role};
 use crate::{download, mcp, metadata, upload};
 
 /// The endpoint a request is for.
@@ -22,7 +27,8 @@ pub enum Endpoint {
 }
 
 /// Dispatch rule of contract §2: the well-known paths by `REQUEST_URI`, otherwise the last segment
-/// of `SCRIPT_NAME`. Works with mod_fcgid (with or without `[PT]`), mod_proxy_fcgi, nginx and CGI.
+/// of `SCRIPT_NAME` (of `SCRIPT_FILENAME` for an authorizer, which mod_fcgid gives no
+/// `SCRIPT_NAME`). Works with mod_fcgid (with or without `[PT]`), mod_proxy_fcgi, nginx and CGI.
 pub fn endpoint(req: &Request) -> Endpoint {
     // Compared as bytes: the URI (with its query string) need not be checked for UTF-8 first.
     let uri = req.params.get_bytes("REQUEST_URI").unwrap_or(b"");
@@ -32,8 +38,11 @@ pub fn endpoint(req: &Request) -> Endpoint {
     {
         return Endpoint::Metadata;
     }
-    let script = req.params.get_bytes("SCRIPT_NAME").unwrap_or(b"");
-    match script.rsplit(|&b| b == b'/').next().unwrap_or(b"") {
+    let script = match req.role {
+        Role::Responder => req.params.get_bytes("SCRIPT_NAME"),
+        Role::Authorizer => req.params.get_bytes("SCRIPT_FILENAME"),
+    };
+    match last_segment(script.unwrap_or(b"")) {
         b"upload.php" => Endpoint::Upload,
         b"download.php" => Endpoint::Download,
         b"mcp.php" => Endpoint::Mcp,
@@ -41,8 +50,28 @@ pub fn endpoint(req: &Request) -> Endpoint {
     }
 }
 
+fn last_segment(path: &[u8]) -> &[u8] {
+    path.rsplit(|&b| b == b'/').next().unwrap_or(b"")
+}
+
+/// The authorizer's answer: whether the endpoint would read the body of this request. Only an
+/// upload reads a large one, and only a `POST` with the right token: the same checks, in the
+/// same order, as [`upload::handle`] makes before it reads (method, then token). Everything else
+/// goes through; no log line (the refusal's answer writes it).
+pub fn authorize(app: &App, req: &Request) -> Response {
+    let admitted = match endpoint(req) {
+        Endpoint::Upload => upload::reads_body(app, req),
+        _ => true,
+    };
+    Response::new(if admitted { 200 } else { 401 })
+}
+
 /// Handles one request. The transport drains the rest of the body before sending the answer.
-pub async fn handle(app: &App, mut req: Request) -> Response {
+pub async fn handle(app: &App, req: Request) -> Response {
+    if req.role == Role::Authorizer {
+        return authorize(app, &req);
+    }
+    let mut req = req;
     let r = match endpoint(&req) {
         // Boxed: the upload's state (≈ 1.3 KiB) would otherwise be part of every request's
         // future, a download's included.
@@ -65,12 +94,12 @@ mod tests {
     use crate::http::Body;
 
     fn req(uri: &str, script: &str) -> Request {
-        Request {
-            params: [("REQUEST_URI", uri), ("SCRIPT_NAME", script)]
+        Request::new(
+            [("REQUEST_URI", uri), ("SCRIPT_NAME", script)]
                 .into_iter()
                 .collect(),
-            body: Body::empty(),
-        }
+            Body::empty(),
+        )
     }
 
     #[test]

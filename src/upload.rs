@@ -45,13 +45,25 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
     }
 }
 
-async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiError> {
+/// What an upload checks before it reads the body: the method, then the token.
+fn before_the_body(app: &App, req: &Request) -> Result<(), ApiError> {
     if req.method() != "POST" {
         return Err(ApiError::MethodeNonAutorisee("POST"));
     }
     if !bearer_matches(req.header("Authorization"), &app.cfg.token_acces) {
         return Err(ApiError::TokenInvalide);
     }
+    Ok(())
+}
+
+/// Whether this request would have its body read (the authorizer's question, see
+/// [`crate::router::authorize`]).
+pub fn reads_body(app: &App, req: &Request) -> bool {
+    before_the_body(app, req).is_ok()
+}
+
+async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiError> {
+    before_the_body(app, req)?;
     let content_type = req.header("Content-Type").unwrap_or("");
     let boundary = multer::parse_boundary(content_type).map_err(|_| {
         ApiError::RequeteInvalide("le corps doit être en multipart/form-data".into())

@@ -319,3 +319,41 @@ fn the_size_limit_is_checked_before_the_capacity() {
     assert!(no_part_files(&s.files()));
     assert_eq!(common::entries(&s.files()), [".meta", ".tmp", "occupe.bin"]);
 }
+
+/// A peer that closes its sending side (`shutdown(SHUT_WR)`) right after a complete request
+/// still gets the whole answer: refused uploads (401) and successful ones alike, through the
+/// connection loop of the real binary. (No web server does this; a program that dropped the
+/// answer would leave an upload stored but never acknowledged, which the client retries.)
+#[test]
+fn a_peer_that_half_closes_after_its_request_gets_the_answer() {
+    let s = Server::start("");
+    let (ct, body) = common::multipart_file("demi.txt", b"demi-fermeture");
+    let len = body.len().to_string();
+    for i in 0..200 {
+        let auth = if i % 2 == 0 {
+            format!("Bearer {TOKEN}")
+        } else {
+            "Bearer mauvais-token-mauvais-token-0000".to_string()
+        };
+        let mut c = FcgiClient::unix(&s.socket).unwrap();
+        let params = [
+            ("REQUEST_METHOD", "POST"),
+            ("SCRIPT_NAME", "/upload.php"),
+            ("REQUEST_URI", "/upload.php"),
+            ("CONTENT_TYPE", ct.as_str()),
+            ("CONTENT_LENGTH", len.as_str()),
+            ("HTTP_AUTHORIZATION", auth.as_str()),
+            ("GATEWAY_INTERFACE", "CGI/1.1"),
+        ];
+        c.send_begin(1, common::fcgi::ROLE_RESPONDER, 0).unwrap();
+        c.send_params(1, &params).unwrap();
+        c.send_stdin(1, &body).unwrap();
+        c.send_stdin(1, b"").unwrap();
+        c.shutdown_write().unwrap();
+        let r = c
+            .read_response(1)
+            .unwrap_or_else(|e| panic!("request {i}: no answer after the half-close: {e}"));
+        let want = if i % 2 == 0 { 200 } else { 401 };
+        assert_eq!(r.status, want, "request {i}: {}", r.text());
+    }
+}

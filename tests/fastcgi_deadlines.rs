@@ -146,6 +146,67 @@ fn silent_connections_beyond_the_limit_are_closed_and_a_real_request_then_succee
     s.wait_stderr("aucune requête reçue sur une nouvelle connexion");
 }
 
+/// GET_VALUES pushed by more connections than the server serves at once, which never read the
+/// answers (a 2 KiB receive buffer that fills at once): no request is in progress on them, so
+/// each is closed at the first-record deadline, whatever it sends and although the answers'
+/// writes make no progress (they used to wait for the 360 s response-write stall, here 60 s),
+/// and a real request then gets its slot.
+#[test]
+fn management_records_from_a_peer_that_never_reads_do_not_hold_its_slot() {
+    let s = Server::start("first=500,stall=60000");
+    let mut get_values = Vec::new();
+    common::fcgi::encode_name_value(b"FCGI_MAX_CONNS", b"", &mut get_values);
+    common::fcgi::encode_name_value(b"FCGI_MPXS_CONNS", b"", &mut get_values);
+    let record = common::fcgi::encode_record(common::fcgi::GET_VALUES, 0, &get_values);
+    let burst: Vec<u8> = record
+        .iter()
+        .copied()
+        .cycle()
+        .take(record.len() * 200)
+        .collect();
+    let flood: Vec<TcpStream> = (0..MAX_CONNS + 4)
+        .map(|_| {
+            let c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+            rustix::net::sockopt::set_socket_recv_buffer_size(&c, 2048).unwrap();
+            c.set_nonblocking(true).unwrap();
+            c
+        })
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pusher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut open: Vec<TcpStream> = flood;
+            let mut pushed = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && !open.is_empty() {
+                open.retain_mut(|c| match c.write(&burst) {
+                    Ok(n) => {
+                        pushed += n as u64;
+                        true
+                    }
+                    Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+                });
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (pushed, open.len())
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let r = s.client().request(&metadata_params(), b"");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (pushed, still_open) = pusher.join().unwrap();
+    let r = r.unwrap_or_else(|e| {
+        panic!("a real request was not answered ({e}); {pushed} bytes of GET_VALUES pushed")
+    });
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(pushed > 0);
+    assert_eq!(
+        still_open, 0,
+        "connections still open after the first-record deadline"
+    );
+    s.wait_stderr("aucune requête reçue sur une nouvelle connexion");
+}
+
 #[test]
 fn a_request_that_stops_after_begin_request_is_closed() {
     let s = Server::start("grace=1000");

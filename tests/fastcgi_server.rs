@@ -66,6 +66,15 @@ fn test_handler(events: mpsc::Sender<String>) -> Handler {
             } else if let Some(n) = query.strip_prefix("big=") {
                 let n: usize = n.parse().unwrap();
                 Response::new(200).with_body(pattern_body(n))
+            } else if req.role != depot_fichiers::http::Role::Responder {
+                let len = req
+                    .body
+                    .read_to_end_limited(1 << 20)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .len();
+                Response::new(200).with_body(format!("role={:?} len={len}", req.role).into_bytes())
             } else if let Some(name) = query.strip_prefix("param=") {
                 let v = req.params.get(name).unwrap_or("<absent>").to_string();
                 Response::new(200).with_body(v.into_bytes())
@@ -235,10 +244,27 @@ fn second_request_id_is_refused_with_cant_mpx_conn() {
 fn unknown_role_is_refused() {
     let (s, _events) = server();
     let mut c = client(&s);
-    c.send_begin(1, fcgi::ROLE_AUTHORIZER, 0).unwrap();
+    c.send_begin(1, fcgi::ROLE_FILTER, 0).unwrap();
     c.send_params(1, &[("A", "b")]).unwrap();
     let (app, proto, _) = c.read_end_request(1).unwrap();
     assert_eq!((app, proto), (0, fcgi::UNKNOWN_ROLE));
+    assert!(c.is_closed().unwrap());
+    assert_alive(&s);
+}
+
+/// The authorizer role (mod_fcgid's `FcgidAccessChecker`): BEGIN_REQUEST and PARAMS only, no
+/// STDIN; the handler sees the role and an empty body, and the answer ends the request.
+#[test]
+fn an_authorizer_request_is_answered_after_its_params() {
+    let (s, _events) = server();
+    let mut c = client(&s);
+    c.send_begin(1, fcgi::ROLE_AUTHORIZER, 0).unwrap();
+    c.send_params(1, &[("QUERY_STRING", "")]).unwrap();
+    let r = c.read_response(1).unwrap();
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "role=Authorizer len=0")
+    );
     assert!(c.is_closed().unwrap());
     assert_alive(&s);
 }

@@ -717,7 +717,12 @@ async fn x_sendfile_hands_whole_file_downloads_to_the_web_server() {
     let alias = std::path::PathBuf::from(g.header("X-Sendfile").expect("X-Sendfile"));
     assert_eq!(alias.parent(), Some(e.root.join("files/.tmp").as_path()));
     assert!(
-        alias.file_name().unwrap().to_str().unwrap().starts_with("envoi-"),
+        alias
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("envoi-"),
         "{alias:?}"
     );
     assert_eq!(fs::read(&alias).unwrap(), b"0123456789");
@@ -784,5 +789,49 @@ async fn x_sendfile_never_carries_the_stored_name() {
         assert!(!alias.contains(name), "{alias}");
         assert!(!alias.contains('%'), "{alias}");
         assert_eq!(fs::read(alias).unwrap(), b"les bons octets", "{name}");
+    }
+}
+
+/// The authorizer role (mod_fcgid's `FcgidAccessChecker`, asked before the body is read): an
+/// upload is let through only when it would read its body — a POST with the right token — and
+/// nothing else is held back; the answer carries no body and writes no log line.
+#[tokio::test]
+async fn the_authorizer_lets_through_only_uploads_that_would_be_read() {
+    let e = env("");
+    let ask = |method: &'static str, script: &'static str, auth: Option<String>| {
+        let mut params: Params = [
+            ("REQUEST_METHOD", method.as_bytes().to_vec()),
+            // mod_fcgid gives an authorizer no SCRIPT_NAME, the file's path instead.
+            ("SCRIPT_FILENAME", format!("/srv/www{script}").into_bytes()),
+            ("REQUEST_URI", script.as_bytes().to_vec()),
+            ("FCGI_APACHE_ROLE", b"ACCESS_CHECKER".to_vec()),
+        ]
+        .into_iter()
+        .collect();
+        if let Some(a) = auth {
+            params.insert("HTTP_AUTHORIZATION", a.into_bytes());
+        }
+        let mut req = Request::new(params, Body::empty());
+        req.role = depot_fichiers::http::Role::Authorizer;
+        req
+    };
+    let good = Some(format!("Bearer {TOKEN}"));
+    let bad = Some("Bearer mauvais-token-mauvais-token-000".to_string());
+    for (method, script, auth, want) in [
+        ("POST", "/upload.php", good.clone(), 200),
+        ("POST", "/upload.php", None, 401),
+        ("POST", "/upload.php", bad.clone(), 401),
+        ("PUT", "/upload.php", good.clone(), 401),
+        ("GET", "/upload.php", None, 401),
+        ("GET", "/download.php", None, 200),
+        ("POST", "/mcp.php", bad.clone(), 200),
+    ] {
+        let before = fs::read_to_string(e.root.join("log/depot-fichiers.log")).unwrap_or_default();
+        let r = router::handle(&e.app, ask(method, script, auth.clone())).await;
+        assert_eq!(r.status, want, "{method} {script} {auth:?}");
+        let a = render(r, false).await;
+        assert!(a.body.is_empty(), "{method} {script}");
+        let after = fs::read_to_string(e.root.join("log/depot-fichiers.log")).unwrap_or_default();
+        assert_eq!(before, after, "an authorizer's answer writes no log line");
     }
 }

@@ -320,15 +320,38 @@ const TABLE: &[Row] = &[
         c.send_record(fcgi::STDIN, 1, b"x").unwrap();
         assert_closed("early stdin", &mut c);
     }),
-    ("AUTHORIZER role → END_REQUEST UNKNOWN_ROLE", |s| {
+    ("FILTER role → END_REQUEST UNKNOWN_ROLE", |s| {
         let mut c = s.client();
-        c.send_begin(1, fcgi::ROLE_AUTHORIZER, 0).unwrap();
+        c.send_begin(1, fcgi::ROLE_FILTER, 0).unwrap();
         let rec = c.read_record().unwrap().expect("an END_REQUEST");
         assert_eq!(
             fcgi::parse_end_request(&rec.content).unwrap().1,
             fcgi::UNKNOWN_ROLE
         );
     }),
+    (
+        "AUTHORIZER role, an upload without the token → 401, nothing else",
+        |s| {
+            let mut c = s.client();
+            c.send_begin(1, fcgi::ROLE_AUTHORIZER, 0).unwrap();
+            c.send_params(
+                1,
+                &[
+                    ("REQUEST_METHOD", "POST"),
+                    ("SCRIPT_FILENAME", "/srv/www/upload.php"),
+                    ("REQUEST_URI", "/upload.php"),
+                    (
+                        "HTTP_AUTHORIZATION",
+                        "Bearer mauvais-token-mauvais-token-000",
+                    ),
+                ],
+            )
+            .unwrap();
+            let r = c.read_response(1).unwrap();
+            assert_eq!(r.status, 401);
+            assert!(r.body.is_empty(), "{}", r.text());
+        },
+    ),
     ("unknown management record → UNKNOWN_TYPE", |s| {
         let mut c = s.client();
         c.send_record(200, 0, b"").unwrap();

@@ -89,10 +89,10 @@ impl Env {
             params.retain(|(n, _)| *n != key);
             params.push((key, v.to_string()));
         }
-        let mut req = Request {
-            params: params.into_iter().collect(),
-            body: Body::from_bytes(body.as_bytes().to_vec()),
-        };
+        let mut req = Request::new(
+            params.into_iter().collect(),
+            Body::from_bytes(body.as_bytes().to_vec()),
+        );
         answer(mcp::handle(&self.app, &mut req).await)
     }
 

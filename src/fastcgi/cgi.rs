@@ -93,7 +93,7 @@ pub async fn serve(handler: Handler) {
             Body::empty()
         }
     };
-    let resp = handler(Request { params, body }).await;
+    let resp = handler(Request::new(params, body)).await;
     if limit.is_some() {
         // Drain what the handler left unread before answering.
         let _ = done_rx.await;

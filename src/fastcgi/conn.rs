@@ -1,23 +1,36 @@
-//! One FastCGI connection, served as a single task: records in, a streamed body to the handler,
-//! STDOUT records out.
+//! One FastCGI connection: the I/O around the protocol state machine of [`super::machine`].
 //!
-//! [`serve_connection`] is one `tokio::select!` loop over: the next incoming record, the handler
-//! future, a body chunk waiting for room in the [`Body`] channel, and the STDOUT records produced
-//! by the response writer. Records are read at every moment (ABORT, GET_VALUES or a second
-//! BEGIN_REQUEST may arrive while the handler runs or while the response streams), except while a
-//! body chunk waits for the handler to make room: that is the backpressure that keeps memory
-//! bounded whatever the body size.
+//! [`serve_connection`] reads what the web server sends and feeds it to the [`Machine`], which
+//! says what each record means; this file does what the machine cannot: run the handler, hand it
+//! the body, write the answer, wait, and give up on a peer that makes no progress
+//! ([`Deadlines`]). The request's own work is one [`Work`] at a time:
 //!
-//! Only this loop writes to the socket, always whole records, so the answers to management records
-//! interleave cleanly with the STDOUT stream. The response itself is produced by
-//! [`write_response`] into a [`StdoutSink`], which frames the bytes into STDOUT records of up to
-//! 65535 bytes and hands them to the loop through a small bounded channel.
+//! ```text
+//!   Start ──► Handling ── the handler answers ──► Writing ── last record sent ──► (the end)
+//!   (the handler runs, the body  │ before the end       ▲ (the answer goes out as
+//!    streams to it)              ▼ of the body          │  STDOUT records)
+//!                             Draining ── BodyEnd ──────┘
+//!                             (mod_fcgid fails a request answered before the end of its STDIN:
+//!                              the rest is read and dropped first)
+//! ```
 //!
-//! Fast paths, same records and answers: a request whose empty STDIN has already arrived with its
-//! PARAMS (GET, HEAD) runs its handler in place, and a small response is written with the end of
-//! STDOUT and END_REQUEST in one write ([`answer_bodiless`]); under mod_fcgid,
-//! [`serve_inherited_unix`] serves such a request, when one read brings all of it, before the
-//! connection is ever registered with the event loop, and hands anything else to the loop.
+//! Records are read at every moment — ABORT, GET_VALUES or a second BEGIN_REQUEST may come while
+//! the handler runs or the answer streams — except while a body chunk waits for the handler to
+//! make room: that backpressure keeps memory bounded whatever the body size. Only the connection
+//! writes to the socket, whole records, so management answers interleave cleanly with the
+//! answer, which [`write_response`] writes into a [`StdoutSink`] (STDOUT records of up to 65535
+//! bytes, handed over through a small bounded channel).
+//!
+//! A request that is complete without a body (GET, HEAD, an authorizer's question) is answered
+//! in place: the handler runs at once and a small answer goes out, with the end of the request,
+//! in one write ([`answer_in_place`]). Under mod_fcgid, [`serve_inherited_unix`] feeds the first
+//! read of a connection to a machine and, when it holds exactly one such request and nothing
+//! else, answers it before the connection is ever registered with the event loop; anything else
+//! goes on in the connection loop from where it stopped.
+//!
+//! A peer that closes its sending side once its request is complete (`shutdown(SHUT_WR)`) still
+//! gets the answer; one that goes away before (in the PARAMS or the body) gets none, and its
+//! handler sees a broken body.
 
 use std::fmt;
 use std::future::{Future, pending};
@@ -31,12 +44,15 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use super::Handler;
-use super::record::{self, DecodeError};
-use crate::http::{self, Body, Request, Response, write_response};
+use super::machine::{
+    BodyKind, Input, Machine, ProtocolError, Status, Values, begin_stdout, seal_stdout,
+};
+use super::record;
+use crate::http::{self, Body, Params, Request, Response, Role, write_response};
 
-/// Largest total size of a request's PARAMS stream; above it the request is refused.
-pub const MAX_PARAMS_LEN: usize = 1 << 20;
-/// How much the record reader asks the socket for at once.
+pub use super::machine::{APP_STATUS_FAILED, MAX_PARAMS_LEN};
+
+/// How much the connection asks the socket for at once.
 const READ_CHUNK: usize = 64 * 1024 + 2 * record::HEADER_LEN;
 /// STDOUT records waiting between the response writer and the socket.
 const OUT_CHANNEL_DEPTH: usize = 2;
@@ -45,11 +61,12 @@ const SMALL_RECORD: usize = 64;
 /// How long a connection closed on an error keeps reading (and discarding) what the peer still
 /// sends, so that the last records we wrote are not lost to a TCP reset.
 const LINGER: Duration = Duration::from_secs(1);
-/// `appStatus` of a request that did not complete normally (aborted, response cut short).
-pub const APP_STATUS_FAILED: u32 = 1;
+/// Answers up to this size (body bytes) are framed in memory and written in one write; larger
+/// ones stream through the connection loop, which keeps reading records (ABORT) meanwhile.
+const DIRECT_MAX_BODY: u64 = 64 * 1024;
 
-/// How long a peer may keep a connection without making progress (issue 9: 256 silent TCP
-/// connections used to hold every `--listen` slot forever). Documented in docs/DEPLOIEMENT.md.
+/// How long a peer may keep a connection without making progress (256 silent TCP connections
+/// would otherwise hold every `--listen` slot forever). Documented in docs/DEPLOIEMENT.md.
 ///
 /// The values are far above what Apache (mod_fcgid, mod_proxy_fcgi) and nginx ever need: they
 /// connect and send a request at once; mod_fcgid reads the whole request body before it connects;
@@ -58,6 +75,11 @@ pub const APP_STATUS_FAILED: u32 = 1;
 /// default, nginx `client_body_timeout 60s`); a response is "progressing" as long as the socket
 /// accepts bytes, however slowly (a 200 MiB download to a slow client through mod_proxy_fcgi is
 /// never cut; Apache gives up on a client after `Timeout`, 300 s on Debian).
+///
+/// Only the records of a request count as its progress (BEGIN_REQUEST, PARAMS, STDIN); management
+/// records (GET_VALUES…) never extend a deadline, and their answers are written within the
+/// deadline that runs while they are written: a connection with no request in progress is closed
+/// at `first_record` (or `keep_alive`) whatever it sends and whether or not it reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deadlines {
     /// A new connection must have sent its first BEGIN_REQUEST within this time.
@@ -145,6 +167,16 @@ impl Default for ConnConfig {
     }
 }
 
+impl ConnConfig {
+    /// What GET_VALUES answers.
+    fn values(&self) -> Values {
+        Values {
+            max_conns: self.max_conns,
+            max_reqs: self.max_reqs,
+        }
+    }
+}
+
 /// Why a connection was closed on our side. A peer that goes away is not an error.
 #[derive(Debug)]
 pub enum ConnError {
@@ -168,9 +200,9 @@ impl fmt::Display for ConnError {
 
 impl std::error::Error for ConnError {}
 
-impl From<DecodeError> for ConnError {
-    fn from(e: DecodeError) -> Self {
-        ConnError::Protocol(e.to_string())
+impl From<ProtocolError> for ConnError {
+    fn from(e: ProtocolError) -> Self {
+        ConnError::Protocol(e.0)
     }
 }
 
@@ -186,116 +218,34 @@ pub fn is_peer_gone(e: &io::Error) -> bool {
     )
 }
 
-/// One record with its content (padding dropped), sharing the read buffer's memory.
-#[derive(Debug, Clone)]
-pub struct Record {
-    /// Record type (`record::STDIN`, …).
-    pub record_type: u8,
-    /// Request id of the record.
-    pub request_id: u16,
-    /// The record's content, padding removed.
-    pub content: Bytes,
-}
-
-/// Reads records from a byte stream. [`RecordReader::next`] is cancel safe: all state is in `buf`.
-struct RecordReader<R> {
-    io: R,
-    buf: BytesMut,
-    /// Bytes read from the peer so far.
-    received: u64,
-}
-
-impl<R: AsyncRead + Unpin> RecordReader<R> {
-    fn new(io: R) -> Self {
-        RecordReader {
-            io,
-            buf: BytesMut::with_capacity(READ_CHUNK),
-            received: 0,
-        }
-    }
-
-    /// The next record; `Ok(None)` when the peer closed between records.
-    async fn next(&mut self) -> Result<Option<Record>, ConnError> {
-        loop {
-            if let Some((rec, used)) = record::parse_record(&self.buf)? {
-                let (record_type, request_id, len) =
-                    (rec.record_type, rec.request_id, rec.content.len());
-                let mut whole = self.buf.split_to(used);
-                whole.advance(record::HEADER_LEN);
-                whole.truncate(len);
-                return Ok(Some(Record {
-                    record_type,
-                    request_id,
-                    content: whole.freeze(),
-                }));
-            }
-            self.buf.reserve(READ_CHUNK);
-            let n = self
-                .io
-                .read_buf(&mut self.buf)
-                .await
-                .map_err(ConnError::Io)?;
-            self.received += n as u64;
-            if n == 0 {
-                return if self.buf.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(ConnError::Io(io::ErrorKind::UnexpectedEof.into()))
-                };
-            }
-        }
-    }
-
-    /// Reads and discards until EOF, an error or `LINGER` has passed.
-    async fn linger(&mut self) {
-        let discard = async {
-            loop {
-                self.buf.clear();
-                self.buf.reserve(READ_CHUNK);
-                match self.io.read_buf(&mut self.buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            }
-        };
-        let _ = tokio::time::timeout(LINGER, discard).await;
-    }
-}
-
 type OwnedPermitFuture =
     Pin<Box<dyn Future<Output = Result<mpsc::OwnedPermit<Bytes>, mpsc::error::SendError<()>>>>>;
 
 /// An `AsyncWrite` that frames everything written into STDOUT records for one request.
 ///
 /// Small writes are gathered until a record is full (65535 bytes of content) or `flush` is called;
-/// full records go to the connection loop through a bounded channel, so a slow web server slows the
-/// writer down instead of filling memory.
+/// full records go to the connection through a bounded channel, so a slow web server slows the
+/// writer down instead of filling memory. The end of the stream (the empty STDOUT record and
+/// END_REQUEST) is the connection's to write, once the sink is dropped.
 pub struct StdoutSink {
     request_id: u16,
-    /// Header placeholder followed by the content gathered so far.
-    buf: BytesMut,
+    /// The record being gathered: header room, then content.
+    buf: Vec<u8>,
     tx: mpsc::Sender<Bytes>,
     reserving: Option<OwnedPermitFuture>,
 }
 
 impl StdoutSink {
-    /// A sink for `request_id` sending complete records (header included) into `tx`.
+    /// A sink for `request_id` sending complete STDOUT records (header included) into `tx`.
     pub fn new(request_id: u16, tx: mpsc::Sender<Bytes>) -> Self {
-        let mut s = StdoutSink {
+        let mut buf = Vec::new();
+        begin_stdout(&mut buf);
+        StdoutSink {
             request_id,
-            buf: BytesMut::new(),
+            buf,
             tx,
             reserving: None,
-        };
-        s.start_record();
-        s
-    }
-
-    /// Starts the next record with a header placeholder. No room is reserved ahead: the buffer
-    /// grows with what is written (a small response takes a small allocation, not 64 KiB per
-    /// record; `buf` was created empty, so what `split` leaves never asks for more than needed).
-    fn start_record(&mut self) {
-        self.buf.extend_from_slice(&[0; record::HEADER_LEN]);
+        }
     }
 
     fn content_len(&self) -> usize {
@@ -313,29 +263,12 @@ impl StdoutSink {
         let permit = ready!(fut.as_mut().poll(cx));
         self.reserving = None;
         let permit = permit.map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
-        let len = self.content_len() as u16;
-        let head = record::encode_header(record::STDOUT, self.request_id, len, 0);
-        self.buf[..record::HEADER_LEN].copy_from_slice(&head);
-        permit.send(self.buf.split().freeze());
-        self.start_record();
+        seal_stdout(self.request_id, &mut self.buf, 0);
+        // No room is reserved ahead: the next record grows with what is written (a small answer
+        // takes a small allocation, not 64 KiB per record).
+        permit.send(Bytes::from(std::mem::take(&mut self.buf)));
+        begin_stdout(&mut self.buf);
         Poll::Ready(Ok(()))
-    }
-
-    /// Sends what is buffered, then the end of the STDOUT stream and END_REQUEST.
-    pub async fn finish(mut self, app_status: u32) -> io::Result<()> {
-        self.flush().await?;
-        let mut end = Vec::with_capacity(2 * record::HEADER_LEN + 8);
-        record::encode_record(record::STDOUT, self.request_id, &[], &mut end);
-        record::encode_end_request(
-            self.request_id,
-            app_status,
-            record::REQUEST_COMPLETE,
-            &mut end,
-        );
-        self.tx
-            .send(Bytes::from(end))
-            .await
-            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))
     }
 }
 
@@ -364,11 +297,17 @@ impl AsyncWrite for StdoutSink {
 }
 
 type HandlerFuture = Pin<Box<dyn Future<Output = Response>>>;
-type WriteFuture = Pin<Box<dyn Future<Output = ()>>>;
+/// Writes an answer into its sink; its output is the END_REQUEST `appStatus`.
+type WriteFuture = Pin<Box<dyn Future<Output = u32>>>;
 
-/// Writes `resp` into STDOUT records, then ends the request.
-async fn write_task(resp: Response, mut sink: StdoutSink) {
-    let app_status = match write_response(resp, &mut sink).await {
+/// Writes `resp` into STDOUT records: `appStatus` 0, or [`APP_STATUS_FAILED`] when it was cut
+/// short.
+async fn write_task(resp: Response, mut sink: StdoutSink) -> u32 {
+    let written = async {
+        write_response(resp, &mut sink).await?;
+        sink.flush().await
+    };
+    match written.await {
         Ok(()) => 0,
         Err(e) => {
             if !is_peer_gone(&e) {
@@ -376,82 +315,624 @@ async fn write_task(resp: Response, mut sink: StdoutSink) {
             }
             APP_STATUS_FAILED
         }
-    };
-    // An error here means the connection loop dropped the request: nothing left to do.
-    let _ = sink.finish(app_status).await;
+    }
 }
 
-/// State of the request in progress on a connection.
-struct Active {
-    id: u16,
-    keep_conn: bool,
-    /// Raw PARAMS bytes, `Some` until the empty PARAMS record.
-    params: Option<Vec<u8>>,
-    handler: Option<HandlerFuture>,
-    body_tx: Option<mpsc::Sender<io::Result<Bytes>>>,
-    /// A body chunk (or the final error) waiting for room in the body channel.
-    pending: Option<io::Result<Bytes>>,
-    stdin_done: bool,
-    /// The handler's answer, held until STDIN has been drained.
-    response: Option<Response>,
-    writing: Option<WriteFuture>,
-    out_rx: Option<mpsc::Receiver<Bytes>>,
-    /// The peer closed: we only let the handler see the broken body, then stop.
-    peer_gone: bool,
+/// How the body of the request in progress reaches its handler.
+enum Feed {
+    /// Through this channel; a chunk (or the final error) may wait for room in it.
+    Open {
+        tx: mpsc::Sender<io::Result<Bytes>>,
+        pending: Option<io::Result<Bytes>>,
+    },
+    /// No more: the body ended, or the handler no longer reads it.
+    Closed,
 }
 
-impl Active {
-    fn new(id: u16, keep_conn: bool) -> Self {
-        Active {
-            id,
-            keep_conn,
-            params: Some(Vec::new()),
-            handler: None,
-            body_tx: None,
-            pending: None,
-            stdin_done: false,
-            response: None,
-            writing: None,
-            out_rx: None,
-            peer_gone: false,
-        }
-    }
-
-    fn start_writing(&mut self, resp: Response) {
-        let (tx, rx) = mpsc::channel(OUT_CHANNEL_DEPTH);
-        self.out_rx = Some(rx);
-        self.writing = Some(Box::pin(write_task(resp, StdoutSink::new(self.id, tx))));
-    }
-
-    /// Queues a body chunk for the handler, or discards it if the handler no longer reads.
-    fn feed(&mut self, chunk: io::Result<Bytes>) {
-        let Some(tx) = &self.body_tx else { return };
+impl Feed {
+    /// Queues a body chunk (or the final error) for the handler, or discards it if the handler
+    /// no longer reads.
+    fn send(&mut self, chunk: io::Result<Bytes>) {
+        let Feed::Open { tx, pending } = self else {
+            return;
+        };
+        let last = chunk.is_err();
         match tx.try_send(chunk) {
+            Ok(()) if last => *self = Feed::Closed,
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(chunk)) => self.pending = Some(chunk),
-            Err(mpsc::error::TrySendError::Closed(_)) => self.body_tx = None,
+            Err(mpsc::error::TrySendError::Full(chunk)) => *pending = Some(chunk),
+            Err(mpsc::error::TrySendError::Closed(_)) => *self = Feed::Closed,
         }
     }
+
+    /// A chunk waits for room: reading more would only pile data up.
+    fn is_blocked(&self) -> bool {
+        matches!(
+            self,
+            Feed::Open {
+                pending: Some(_),
+                ..
+            }
+        )
+    }
+}
+
+/// The work of the request in progress (see the module documentation).
+enum Work {
+    /// The handler runs; the body, if any, streams to it through `feed`.
+    Handling { handler: HandlerFuture, feed: Feed },
+    /// The handler answered before the end of the body, which is read and dropped first.
+    Draining { response: Response },
+    /// The answer goes out: `writer` frames it into `records`.
+    Writing {
+        writer: WriteFuture,
+        records: mpsc::Receiver<Bytes>,
+    },
+}
+
+impl Work {
+    fn is_blocked(&self) -> bool {
+        matches!(self, Work::Handling { feed, .. } if feed.is_blocked())
+    }
+}
+
+/// Starts writing `resp` for request `id`.
+fn writing(resp: Response, id: u16) -> Work {
+    let (tx, records) = mpsc::channel(OUT_CHANNEL_DEPTH);
+    Work::Writing {
+        writer: Box::pin(write_task(resp, StdoutSink::new(id, tx))),
+        records,
+    }
+}
+
+/// What [`answer_in_place`] made of a request.
+enum InPlace {
+    /// The whole answer, END_REQUEST included, is in the output buffer.
+    Framed,
+    /// Too large to frame in memory: it streams through the connection loop.
+    Streams(Work),
+}
+
+/// Runs the handler of a request that is complete without a body and frames a small answer,
+/// with the end of the request, at the end of `out` ([`DIRECT_MAX_BODY`]).
+async fn answer_in_place(
+    handler: &Handler,
+    role: Role,
+    params: Params,
+    machine: &mut Machine,
+    out: &mut Vec<u8>,
+) -> InPlace {
+    let id = machine.request_id().unwrap_or(1);
+    let resp = handler(Request {
+        params,
+        body: Body::empty(),
+        role,
+    })
+    .await;
+    let Some(body_len) = http::small_body_len(&resp, DIRECT_MAX_BODY) else {
+        return InPlace::Streams(writing(resp, id));
+    };
+    out.reserve(body_len as usize + 1024);
+    let at = begin_stdout(out);
+    // Rendering fails only on reading the file: the answer is cut short.
+    let app_status = match http::render_small(resp, out) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("depot-fichiers : fastcgi : réponse interrompue : {e}");
+            APP_STATUS_FAILED
+        }
+    };
+    seal_stdout(id, out, at);
+    machine.answered(app_status, out);
+    InPlace::Framed
+}
+
+/// Serves one FastCGI connection until the peer closes it, a request without `FCGI_KEEP_CONN`
+/// ends, or the server shuts down while the connection is idle.
+///
+/// A peer that disappears ends the connection with `Ok(())`; `Err` means we closed it because of a
+/// protocol violation, a deadline or an unexpected I/O error (the caller logs it).
+pub async fn serve_connection<R, W>(
+    reader: R,
+    writer: W,
+    handler: Handler,
+    config: ConnConfig,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let machine = Machine::new(config.values());
+    Conn::new(reader, writer, &handler, &config, machine, BytesMut::new())
+        .run(None)
+        .await
 }
 
 /// What woke the connection loop up.
-enum Event {
-    Record(Result<Option<Record>, ConnError>),
-    HandlerDone(Response),
-    BodyRoom(Result<mpsc::OwnedPermit<io::Result<Bytes>>, mpsc::error::SendError<()>>),
-    WriteDone,
-    Out(Option<Bytes>),
+enum Woke {
+    Read(io::Result<usize>),
+    Record(Option<Bytes>),
+    Room(Result<mpsc::OwnedPermit<io::Result<Bytes>>, mpsc::error::SendError<()>>),
+    Answer(Response),
+    Written(u32),
     Shutdown,
     Deadline,
 }
 
-/// What the loop does after handling a record.
-enum Next {
-    Continue,
-    /// Close the connection, after lingering if the peer may still be sending.
-    Close {
-        linger: bool,
-    },
+/// How a turn of the loop ends the connection, if it does.
+enum End {
+    /// Close now; `linger`: keep reading for a moment first (the peer may still be sending).
+    Close { linger: bool },
+    /// The peer is gone: nothing more to write.
+    Gone,
+    /// Closed on our side for this reason (after lingering).
+    Error(ConnError),
+}
+
+/// One connection being served: the socket halves, what was read and not decoded yet, the
+/// protocol state, the request's work and what is to be written.
+struct Conn<'a, R, W> {
+    reader: R,
+    writer: W,
+    buf: BytesMut,
+    machine: Machine,
+    work: Option<Work>,
+    /// Records to write (the machine's answers, a framed answer, the end of a request).
+    out: Vec<u8>,
+    /// The peer closed its sending side.
+    eof: bool,
+    handler: &'a Handler,
+    config: &'a ConnConfig,
+    shutdown: Option<watch::Receiver<bool>>,
+    /// Since when the connection waits for a request (`None` while one is in progress).
+    idle_since: Option<Instant>,
+    /// A request was served on this connection (the idle deadline is then `keep_alive`).
+    served: bool,
+    receiving: Option<Receiving>,
+}
+
+impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<'a, R, W> {
+    fn new(
+        reader: R,
+        writer: W,
+        handler: &'a Handler,
+        config: &'a ConnConfig,
+        machine: Machine,
+        buf: BytesMut,
+    ) -> Self {
+        Conn {
+            reader,
+            writer,
+            buf,
+            machine,
+            work: None,
+            out: Vec::new(),
+            eof: false,
+            handler,
+            config,
+            shutdown: config.shutdown.clone(),
+            idle_since: Some(Instant::now()),
+            served: false,
+            receiving: None,
+        }
+    }
+
+    /// The loop; `first` is an input already decoded (by the fd-0 fast path) and not acted on.
+    async fn run(mut self, first: Option<Input>) -> Result<(), ConnError> {
+        if let Some(input) = first
+            && let Err(end) = self.on_input(input, Bytes::new()).await
+        {
+            return self.end(end).await;
+        }
+        loop {
+            let turn = match self.decode().await {
+                Ok(()) => self.wait().await,
+                Err(end) => Err(end),
+            };
+            if let Err(end) = turn {
+                return self.end(end).await;
+            }
+        }
+    }
+
+    /// Decodes and acts on every whole record already read (unless the handler holds the body
+    /// back), then writes what that produced.
+    async fn decode(&mut self) -> Result<(), End> {
+        while !self.machine.is_closed() && !self.work.as_ref().is_some_and(Work::is_blocked) {
+            let (input, used) = match self.machine.feed(&self.buf, &mut self.out) {
+                Ok(Status::Complete(input, used)) => (input, used),
+                Ok(Status::Partial) => break,
+                Err(e) => return Err(End::Error(e.into())),
+            };
+            let record = self.buf.split_to(used).freeze();
+            self.on_input(input, record).await?;
+        }
+        self.flush_replies().await?;
+        if self.work.is_none() {
+            if self.machine.is_closed() {
+                return Err(End::Close { linger: false });
+            }
+            if self.eof && self.machine.is_idle() {
+                // A kept connection whose peer closed its side: no next request can come.
+                return Err(End::Gone);
+            }
+        }
+        Ok(())
+    }
+
+    /// Acts on one decoded record (`record`: its bytes, for a body chunk).
+    async fn on_input(&mut self, input: Input, record: Bytes) -> Result<(), End> {
+        match input {
+            Input::Ignored | Input::Reply => Ok(()),
+            Input::Close { linger } => {
+                self.flush_out().await?;
+                Err(End::Close { linger })
+            }
+            Input::Abort => {
+                // Dropping the handler and the answer's writer runs their destructors:
+                // temporary files clean themselves up.
+                self.work = None;
+                self.request_over();
+                self.flush_out().await?;
+                if self.machine.is_closed() {
+                    return Err(End::Close { linger: true });
+                }
+                Ok(())
+            }
+            Input::Start {
+                role,
+                params,
+                body: BodyKind::Empty,
+            } => {
+                match answer_in_place(self.handler, role, params, &mut self.machine, &mut self.out)
+                    .await
+                {
+                    InPlace::Framed => {
+                        self.request_over();
+                        self.flush_out().await
+                    }
+                    InPlace::Streams(work) => {
+                        self.work = Some(work);
+                        Ok(())
+                    }
+                }
+            }
+            Input::Start {
+                role,
+                params,
+                body: BodyKind::Streams,
+            } => {
+                let (tx, body) = Body::channel();
+                let handler = (self.handler)(Request { params, body, role });
+                self.work = Some(Work::Handling {
+                    handler,
+                    feed: Feed::Open { tx, pending: None },
+                });
+                Ok(())
+            }
+            Input::Body(range) => {
+                if let Some(Work::Handling { feed, .. }) = &mut self.work {
+                    feed.send(Ok(record.slice(range)));
+                }
+                Ok(())
+            }
+            Input::BodyEnd => match self.work.take() {
+                Some(Work::Handling { handler, .. }) => {
+                    // Dropping the sender ends the body for the handler.
+                    self.work = Some(Work::Handling {
+                        handler,
+                        feed: Feed::Closed,
+                    });
+                    Ok(())
+                }
+                Some(Work::Draining { response }) => {
+                    self.start_writing(response);
+                    Ok(())
+                }
+                other => {
+                    self.work = other;
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    fn start_writing(&mut self, response: Response) {
+        let id = self.machine.request_id().unwrap_or(1);
+        self.work = Some(writing(response, id));
+    }
+
+    /// A request ended (answered or aborted): the connection waits for the next one.
+    fn request_over(&mut self) {
+        self.served = true;
+        self.idle_since = Some(Instant::now());
+        self.receiving = None;
+    }
+
+    /// Waits for the next thing to do, and does it.
+    async fn wait(&mut self) -> Result<(), End> {
+        let now = Instant::now();
+        let blocked = self.work.as_ref().is_some_and(Work::is_blocked);
+        let can_read = !self.eof && !blocked;
+        if self.machine.is_receiving() {
+            self.receiving
+                .get_or_insert_with(|| {
+                    Receiving::new(now, self.machine.request_bytes(), &self.config.deadlines)
+                })
+                .update(
+                    now,
+                    self.machine.request_bytes(),
+                    can_read,
+                    &self.config.deadlines,
+                );
+        } else {
+            self.receiving = None;
+        }
+        let deadline = self.deadline();
+        let idle = self.machine.is_idle() && self.work.is_none();
+        if deadline.is_some_and(|d| d <= now) {
+            // Checked here too, not only by the timer: a peer that always has something to read
+            // (a flood of management records) would otherwise keep the timer from ever firing.
+            return Err(self.deadline_passed(idle));
+        }
+        let Conn {
+            reader,
+            buf,
+            work,
+            shutdown,
+            ..
+        } = self;
+        let (handler, room, writer, records) = match work {
+            Some(Work::Handling { handler, feed }) => {
+                let room = match feed {
+                    Feed::Open {
+                        tx,
+                        pending: Some(_),
+                    } => Some(tx.clone()),
+                    _ => None,
+                };
+                (Some(handler), room, None, None)
+            }
+            Some(Work::Writing { writer, records }) => (None, None, Some(writer), Some(records)),
+            Some(Work::Draining { .. }) | None => (None, None, None, None),
+        };
+        let woke = tokio::select! {
+            biased;
+            n = read_into(reader, buf), if can_read => Woke::Read(n),
+            rec = recv_opt(records) => Woke::Record(rec),
+            permit = reserve_opt(room) => Woke::Room(permit),
+            resp = poll_opt(handler) => Woke::Answer(resp),
+            status = poll_opt(writer) => Woke::Written(status),
+            () = shutdown_requested(shutdown), if idle => Woke::Shutdown,
+            () = sleep_until_opt(deadline) => Woke::Deadline,
+        };
+        match woke {
+            Woke::Read(Ok(0)) | Woke::Read(Err(_)) => self.on_eof(),
+            Woke::Read(Ok(_)) => Ok(()),
+            Woke::Record(Some(rec)) => self.write_record(rec).await,
+            Woke::Record(None) => Ok(()),
+            Woke::Room(permit) => {
+                if let Some(Work::Handling { feed, .. }) = &mut self.work
+                    && let (
+                        Ok(permit),
+                        Feed::Open {
+                            tx,
+                            pending: Some(chunk),
+                        },
+                    ) = (permit, std::mem::replace(feed, Feed::Closed))
+                {
+                    // Otherwise the handler dropped its body: what it did not read is dropped.
+                    let last = chunk.is_err();
+                    permit.send(chunk);
+                    if !last {
+                        *feed = Feed::Open { tx, pending: None };
+                    }
+                }
+                Ok(())
+            }
+            Woke::Answer(resp) => {
+                if self.eof && self.machine.is_receiving() {
+                    // The peer went away before the end of its request: nobody to answer.
+                    return Err(End::Gone);
+                }
+                if self.machine.is_receiving() {
+                    // Answering before the end of STDIN makes mod_fcgid fail: drain first.
+                    self.work = Some(Work::Draining { response: resp });
+                } else {
+                    self.start_writing(resp);
+                }
+                Ok(())
+            }
+            Woke::Written(app_status) => self.end_of_answer(app_status).await,
+            Woke::Shutdown => {
+                self.machine.close_if_idle();
+                Err(End::Close { linger: false })
+            }
+            Woke::Deadline => Err(self.deadline_passed(idle)),
+        }
+    }
+
+    /// How the connection ends when its deadline passes.
+    fn deadline_passed(&self, idle: bool) -> End {
+        End::Error(ConnError::Deadline(match (idle, self.served) {
+            // A kept connection left unused: the normal end of keep-alive.
+            (true, true) => return End::Close { linger: false },
+            (true, false) => "aucune requête reçue sur une nouvelle connexion",
+            (false, _) => "requête reçue trop lentement (paramètres ou corps)",
+        }))
+    }
+
+    /// The peer closed its sending side (or reset the connection).
+    fn on_eof(&mut self) -> Result<(), End> {
+        self.eof = true;
+        let cut_short = !self.buf.is_empty();
+        if self.machine.is_idle() && self.work.is_none() {
+            return Err(End::Gone);
+        }
+        if !self.machine.is_receiving() && !cut_short {
+            // Its request is complete (a half-close): it still gets the answer.
+            return Ok(());
+        }
+        // The request can no longer complete. Let its handler see a broken body (and clean
+        // up) before stopping; without a handler reading a body there is nothing left to do.
+        match &mut self.work {
+            Some(Work::Handling { feed, .. }) if self.machine.in_body() => {
+                let err = io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connexion FastCGI fermée avant la fin du corps de la requête",
+                );
+                if let Feed::Open { pending, .. } = feed {
+                    // A chunk still queued is lost anyway: the error replaces it.
+                    *pending = None;
+                }
+                feed.send(Err(err));
+                Ok(())
+            }
+            _ => Err(End::Gone),
+        }
+    }
+
+    /// The answer's writer is done: its last records, then the end of the request.
+    async fn end_of_answer(&mut self, app_status: u32) -> Result<(), End> {
+        if let Some(Work::Writing { records, .. }) = &mut self.work {
+            // The sink is gone with the writer: what it sent is all in the channel.
+            while let Ok(rec) = records.try_recv() {
+                self.out.extend_from_slice(&rec);
+            }
+        }
+        self.work = None;
+        self.machine.answered(app_status, &mut self.out);
+        self.request_over();
+        self.flush_out().await?;
+        if self.machine.is_closed() || is_shutting_down(&self.shutdown) {
+            return Err(End::Close { linger: false });
+        }
+        Ok(())
+    }
+
+    /// Writes one STDOUT record of the answer. A small record queued right behind it (the end of
+    /// the answer) goes out in the same write: the web server reads the whole end at once.
+    async fn write_record(&mut self, rec: Bytes) -> Result<(), End> {
+        let stall = self.config.deadlines.write_stall;
+        let next = match &mut self.work {
+            Some(Work::Writing { records, .. }) => records.try_recv().ok(),
+            _ => None,
+        };
+        let written = match next {
+            Some(next) if next.len() <= SMALL_RECORD => {
+                write_all_buf(&mut self.writer, rec.chain(next), stall).await
+            }
+            Some(next) => match write_all(&mut self.writer, &rec, stall).await {
+                Ok(()) => write_all(&mut self.writer, &next, stall).await,
+                Err(e) => Err(e),
+            },
+            None => write_all(&mut self.writer, &rec, stall).await,
+        };
+        written.map_err(write_end)
+    }
+
+    /// Writes the records in `out` that end or refuse a request (an answer framed in place,
+    /// END_REQUEST), within the stall bound of every answer's write.
+    async fn flush_out(&mut self) -> Result<(), End> {
+        self.flush_within(self.config.deadlines.write_stall).await
+    }
+
+    /// Writes the answers to management records (and refusals of other requests) in `out`,
+    /// within the deadline that runs now: a connection waiting for its request, or receiving
+    /// it, gets no more time by sending them and not reading what they are answered.
+    async fn flush_replies(&mut self) -> Result<(), End> {
+        let stall = self.config.deadlines.write_stall;
+        let bound = match self.deadline() {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(stall),
+            None => stall,
+        };
+        self.flush_within(bound).await
+    }
+
+    async fn flush_within(&mut self, bound: Duration) -> Result<(), End> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let written = write_all(&mut self.writer, &self.out, bound).await;
+        self.out.clear();
+        written.map_err(write_end)
+    }
+
+    /// When the connection gives up if nothing happens: waiting for a request (first or next),
+    /// or receiving one too slowly; none while the answer is produced and written.
+    fn deadline(&self) -> Option<Instant> {
+        let d = &self.config.deadlines;
+        if self.machine.is_idle() && self.work.is_none() {
+            let since = self.idle_since.unwrap_or_else(Instant::now);
+            return Some(
+                since
+                    + if self.served {
+                        d.keep_alive
+                    } else {
+                        d.first_record
+                    },
+            );
+        }
+        let blocked = self.work.as_ref().is_some_and(Work::is_blocked);
+        match &self.receiving {
+            Some(r) if !blocked && !self.eof => Some(r.deadline),
+            _ => None,
+        }
+    }
+
+    /// Ends the connection.
+    async fn end(mut self, end: End) -> Result<(), ConnError> {
+        match end {
+            End::Gone => Ok(()),
+            End::Close { linger } => {
+                let _ = self.flush_out().await;
+                self.close(linger).await;
+                Ok(())
+            }
+            End::Error(ConnError::Io(e)) => peer_io(e),
+            End::Error(e @ ConnError::Deadline(_)) => {
+                self.close(false).await;
+                Err(e)
+            }
+            End::Error(e) => {
+                self.close(true).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn close(&mut self, linger: bool) {
+        let _ = self.writer.flush().await;
+        let _ = self.writer.shutdown().await;
+        if linger && !self.eof {
+            let discard = async {
+                loop {
+                    self.buf.clear();
+                    match read_into(&mut self.reader, &mut self.buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(LINGER, discard).await;
+        }
+    }
+}
+
+/// A write error as the end of the connection.
+fn write_end(e: io::Error) -> End {
+    End::Error(match e.kind() {
+        io::ErrorKind::TimedOut => {
+            ConnError::Deadline("la réponse n'est plus lue par le serveur web")
+        }
+        _ => ConnError::Io(e),
+    })
+}
+
+/// Reads what the socket has into `buf`.
+async fn read_into<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
+    buf.reserve(READ_CHUNK);
+    reader.read_buf(buf).await
 }
 
 async fn poll_opt<F: Future + Unpin>(f: Option<&mut F>) -> F::Output {
@@ -491,375 +972,17 @@ fn is_shutting_down(rx: &Option<watch::Receiver<bool>>) -> bool {
     rx.as_ref().is_some_and(|rx| *rx.borrow())
 }
 
-/// Serves one FastCGI connection until the peer closes it, a request without `FCGI_KEEP_CONN`
-/// ends, or the server shuts down while the connection is idle.
-///
-/// A peer that disappears ends the connection with `Ok(())`; `Err` means we closed it because of a
-/// protocol violation or an unexpected I/O error (the caller logs it).
-pub async fn serve_connection<R, W>(
-    reader: R,
-    writer: W,
-    handler: Handler,
-    config: ConnConfig,
-) -> Result<(), ConnError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    serve_connection_from(reader, writer, &handler, &config, BytesMut::new(), None).await
-}
-
-/// [`serve_connection`], with bytes already read from the connection (`received`) and, possibly,
-/// a request already in progress.
-async fn serve_connection_from<R, W>(
-    reader: R,
-    mut writer: W,
-    handler: &Handler,
-    config: &ConnConfig,
-    received: BytesMut,
-    mut active: Option<Active>,
-) -> Result<(), ConnError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut reader = RecordReader::new(reader);
-    reader.received = received.len() as u64;
-    reader.buf.unsplit(received);
-    let mut shutdown = config.shutdown.clone();
-    let deadlines = config.deadlines;
-    let stall = deadlines.write_stall;
-    // Since when the connection waits for a request (`None` while one is in progress).
-    let mut idle_since = Some(Instant::now());
-    let mut served = false;
-    let mut receiving: Option<Receiving> = None;
-
-    loop {
-        let idle = active.is_none();
-        let can_read = active
-            .as_ref()
-            .is_none_or(|a| a.pending.is_none() && !a.peer_gone);
-        let now = Instant::now();
-        if idle {
-            idle_since.get_or_insert(now);
-        } else {
-            idle_since = None;
-            served = true;
-        }
-        let in_request = active
-            .as_ref()
-            .is_some_and(|a| (a.params.is_some() || !a.stdin_done) && !a.peer_gone);
-        if in_request {
-            receiving
-                .get_or_insert_with(|| Receiving::new(now, reader.received, &deadlines))
-                .update(now, reader.received, can_read, &deadlines);
-        } else {
-            receiving = None;
-        }
-        let deadline = match (idle_since, &receiving) {
-            (Some(since), _) if served => Some(since + deadlines.keep_alive),
-            (Some(since), _) => Some(since + deadlines.first_record),
-            (None, Some(r)) if can_read => Some(r.deadline),
-            _ => None,
-        };
-        let (handler_fut, body_tx, writing, out_rx) = match active.as_mut() {
-            Some(a) => (
-                a.handler.as_mut(),
-                a.body_tx.clone().filter(|_| a.pending.is_some()),
-                a.writing.as_mut(),
-                a.out_rx.as_mut(),
-            ),
-            None => (None, None, None, None),
-        };
-
-        let event = tokio::select! {
-            biased;
-            rec = reader.next(), if can_read => Event::Record(rec),
-            out = recv_opt(out_rx) => Event::Out(out),
-            permit = reserve_opt(body_tx) => Event::BodyRoom(permit),
-            resp = poll_opt(handler_fut) => Event::HandlerDone(resp),
-            () = poll_opt(writing) => Event::WriteDone,
-            () = shutdown_requested(&mut shutdown), if idle => Event::Shutdown,
-            () = sleep_until_opt(deadline) => Event::Deadline,
-        };
-
-        let next = match event {
-            Event::Shutdown => Next::Close { linger: false },
-            Event::Deadline => {
-                close(&mut reader, &mut writer, false).await;
-                return match (idle, served) {
-                    // A kept connection left unused: the normal end of keep-alive.
-                    (true, true) => Ok(()),
-                    (true, false) => Err(ConnError::Deadline(
-                        "aucune requête reçue sur une nouvelle connexion",
-                    )),
-                    (false, _) => Err(ConnError::Deadline(
-                        "requête reçue trop lentement (paramètres ou corps)",
-                    )),
-                };
-            }
-            Event::BodyRoom(permit) => {
-                let a = active.as_mut().expect("body room for an active request");
-                match permit {
-                    Ok(permit) => {
-                        let chunk = a.pending.take().expect("room reserved for a pending chunk");
-                        if chunk.is_err() {
-                            // The broken-body error is the last thing the handler gets.
-                            a.body_tx = None;
-                        }
-                        permit.send(chunk);
-                    }
-                    // The handler dropped its body: discard what it did not read.
-                    Err(_) => {
-                        a.body_tx = None;
-                        a.pending = None;
-                    }
-                }
-                Next::Continue
-            }
-            Event::HandlerDone(resp) => {
-                let a = active.as_mut().expect("a handler belongs to a request");
-                a.handler = None;
-                a.body_tx = None;
-                a.pending = None;
-                if a.peer_gone {
-                    return Ok(());
-                }
-                if a.stdin_done {
-                    a.start_writing(resp);
-                } else {
-                    // Answering before the end of STDIN makes mod_fcgid fail: drain first.
-                    a.response = Some(resp);
-                }
-                Next::Continue
-            }
-            Event::WriteDone => {
-                active.as_mut().expect("writing a request").writing = None;
-                Next::Continue
-            }
-            Event::Out(Some(rec)) => {
-                // A small record queued right behind this one (the end of STDOUT and END_REQUEST
-                // after the last data record) goes out in the same write: the web server reads
-                // the whole end of the response at once instead of waking up twice.
-                let next = active
-                    .as_mut()
-                    .and_then(|a| a.out_rx.as_mut())
-                    .and_then(|rx| rx.try_recv().ok());
-                let written = match next {
-                    Some(next) if next.len() <= SMALL_RECORD => {
-                        write_all_buf(&mut writer, rec.chain(next), stall).await
-                    }
-                    Some(next) => match write_all(&mut writer, &rec, stall).await {
-                        Ok(()) => write_all(&mut writer, &next, stall).await,
-                        Err(e) => Err(e),
-                    },
-                    None => write_all(&mut writer, &rec, stall).await,
-                };
-                if let Err(e) = written {
-                    return peer_io(e);
-                }
-                Next::Continue
-            }
-            Event::Out(None) => {
-                // Every record of the response, END_REQUEST included, has been written.
-                let keep = active.as_ref().is_some_and(|a| a.keep_conn);
-                active = None;
-                if keep && !is_shutting_down(&shutdown) {
-                    Next::Continue
-                } else {
-                    Next::Close { linger: false }
-                }
-            }
-            Event::Record(Err(ConnError::Io(_))) | Event::Record(Ok(None)) => {
-                // The peer is gone (closed, reset, or cut a record short).
-                match active.as_mut() {
-                    Some(a) if a.handler.is_some() && a.body_tx.is_some() && !a.stdin_done => {
-                        // Let the handler see a broken body (and clean up) before we stop.
-                        a.peer_gone = true;
-                        let err = io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "connexion FastCGI fermée avant la fin du corps de la requête",
-                        );
-                        // A chunk still queued is lost anyway: the error replaces it.
-                        a.pending = Some(Err(err));
-                        Next::Continue
-                    }
-                    _ => return Ok(()),
-                }
-            }
-            Event::Record(Err(e)) => {
-                close(&mut reader, &mut writer, true).await;
-                return Err(e);
-            }
-            Event::Record(Ok(Some(rec))) if ends_params_of_bodiless(&rec, &active, &mut reader) => {
-                // The fast path: no body to stream, so no body channel, no response task.
-                let a = active.take().expect("checked by ends_params_of_bodiless");
-                let keep = a.keep_conn;
-                match answer_bodiless(a, handler, &mut writer, stall).await {
-                    Ok(Some(a)) => {
-                        // A large response streams through the loop (ABORT stays readable).
-                        active = Some(a);
-                        Next::Continue
-                    }
-                    Ok(None) if keep && !is_shutting_down(&shutdown) => Next::Continue,
-                    Ok(None) => Next::Close { linger: false },
-                    Err(ConnError::Io(e)) => return peer_io(e),
-                    Err(e) => {
-                        close(&mut reader, &mut writer, true).await;
-                        return Err(e);
-                    }
-                }
-            }
-            Event::Record(Ok(Some(rec))) => {
-                match on_record(rec, &mut active, handler, config, &mut writer).await {
-                    Ok(next) => next,
-                    Err(ConnError::Io(e)) => return peer_io(e),
-                    Err(e) => {
-                        close(&mut reader, &mut writer, true).await;
-                        return Err(e);
-                    }
-                }
-            }
-        };
-        if let Next::Close { linger } = next {
-            close(&mut reader, &mut writer, linger).await;
-            return Ok(());
-        }
-    }
-}
-
-/// Responses up to this size (body bytes) are written by [`answer_bodiless`] in one write; larger
-/// ones stream through the connection loop, which keeps reading records (ABORT) meanwhile.
-const DIRECT_MAX_BODY: u64 = 64 * 1024;
-
-/// Whether `rec` is the empty PARAMS record of the request in progress and the record right
-/// behind it, already received, is its empty STDIN (a request without a body: GET, HEAD, as
-/// mod_fcgid, mod_proxy_fcgi and nginx send them, all at once). The STDIN record is consumed.
-/// A malformed next record is left for the reader to report.
-fn ends_params_of_bodiless<R>(
-    rec: &Record,
-    active: &Option<Active>,
-    reader: &mut RecordReader<R>,
-) -> bool {
-    let Some(a) = active else { return false };
-    if rec.record_type != record::PARAMS
-        || !rec.content.is_empty()
-        || rec.request_id != a.id
-        || a.params.is_none()
-    {
-        return false;
-    }
-    let used = match record::parse_record(&reader.buf) {
-        Ok(Some((next, used)))
-            if next.record_type == record::STDIN
-                && next.request_id == a.id
-                && next.content.is_empty() =>
-        {
-            used
-        }
-        _ => return false,
-    };
-    reader.buf.advance(used);
-    true
-}
-
-/// Serves a request whose STDIN is complete and empty: runs the handler in place, and writes a
-/// small response, the end of STDOUT and END_REQUEST in one write. A response larger than
-/// [`DIRECT_MAX_BODY`] is handed back as a request in progress that is writing it (`Some`).
-///
-/// Records that arrive while the handler runs are read after it (ABORT of a request without a
-/// body can only come once the handler has answered, as a late record: ignored).
-async fn answer_bodiless<W: AsyncWrite + Unpin>(
-    a: Active,
-    handler: &Handler,
-    writer: &mut W,
-    stall: Duration,
-) -> Result<Option<Active>, ConnError> {
-    match respond_bodiless(a, handler, Vec::new()).await? {
-        Answer::Large(a) => Ok(Some(a)),
-        Answer::Small(out) => {
-            write_all(writer, &out, stall)
-                .await
-                .map_err(ConnError::Io)?;
-            Ok(None)
-        }
-    }
-}
-
-/// What [`respond_bodiless`] made of a request.
-enum Answer {
-    /// Every record of the response, END_REQUEST included, ready to be written.
-    Small(Vec<u8>),
-    /// A response too large to hold: the request, now writing it through the connection loop.
-    Large(Active),
-}
-
-/// Runs the handler of a request without a body (`a.params` complete) and frames a small
-/// response into `out` (emptied first; a buffer kept from an earlier request keeps its room);
-/// see [`answer_bodiless`].
-async fn respond_bodiless(
-    mut a: Active,
-    handler: &Handler,
-    mut out: Vec<u8>,
-) -> Result<Answer, ConnError> {
-    let raw = a.params.take().unwrap_or_default();
-    let params = record::parse_params(raw, MAX_PARAMS_LEN)?;
-    let resp = handler(Request {
-        params,
-        body: Body::empty(),
-    })
-    .await;
-    a.stdin_done = true;
-    let Some(body_len) = http::small_body_len(&resp, DIRECT_MAX_BODY) else {
-        a.start_writing(resp);
-        return Ok(Answer::Large(a));
-    };
-    let id = a.id;
-    // One STDOUT record is built in place behind a header placeholder (room for the head, the
-    // body and the closing records).
-    out.clear();
-    out.reserve(body_len as usize + 1024);
-    out.extend_from_slice(&[0; record::HEADER_LEN]);
-    // Rendering fails only on reading the file: the response is cut short.
-    let app_status = match http::render_small(resp, &mut out) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("depot-fichiers : fastcgi : réponse interrompue : {e}");
-            APP_STATUS_FAILED
-        }
-    };
-    let content_len = out.len() - record::HEADER_LEN;
-    if content_len == 0 {
-        out.clear();
-    } else if let Ok(len) = u16::try_from(content_len) {
-        let head = record::encode_header(record::STDOUT, id, len, 0);
-        out[..record::HEADER_LEN].copy_from_slice(&head);
-    } else {
-        let content = out.split_off(record::HEADER_LEN);
-        out.clear();
-        record::encode_stream(
-            record::STDOUT,
-            id,
-            &content,
-            record::MAX_CONTENT_LEN,
-            &mut out,
-        );
-    }
-    record::encode_record(record::STDOUT, id, &[], &mut out);
-    record::encode_end_request(id, app_status, record::REQUEST_COMPLETE, &mut out);
-    Ok(Answer::Small(out))
-}
-
 /// Serves one connection accepted on the listening Unix socket inherited on fd 0 (mod_fcgid), in
 /// non-blocking mode and not yet known to the event loop.
 ///
-/// mod_fcgid connects and writes a whole request at once, and one request per connection. When
-/// one read brings exactly that — BEGIN_REQUEST without `FCGI_KEEP_CONN`, the PARAMS, an empty
-/// STDIN — and the response is small, the request is served without the event loop ever
-/// watching the connection: the handler runs in place, the response is written by a
-/// non-blocking write, the connection is closed. Anything else (a body, a partial request,
-/// other records, a large response, a full socket buffer) continues on [`serve_connection`]'s
-/// loop from where this left off, with the same records, deadlines and shutdown.
+/// mod_fcgid connects and writes a whole request at once, and one request per connection. The
+/// first read is fed to a [`Machine`]: when it holds exactly one request that is complete without
+/// a body — BEGIN_REQUEST without `FCGI_KEEP_CONN`, the PARAMS, the empty STDIN (or none, for an
+/// authorizer) — and nothing else, the request is answered in place ([`answer_in_place`]) by a
+/// non-blocking write and the connection is closed, without the event loop ever watching it.
+/// Anything else (a body, a partial request, other records, a large answer, a full socket buffer)
+/// goes on in the connection loop from where this left off, with the same records, deadlines and
+/// shutdown.
 pub async fn serve_inherited_unix(
     stream: std::os::unix::net::UnixStream,
     handler: &Handler,
@@ -882,38 +1005,51 @@ pub async fn serve_inherited_unix(
         Ok(_) => {}
         Err(_) => received.clear(),
     }
-    let Some((id, raw)) = whole_bodiless_request(received) else {
-        let (r, w) = register(stream)?.into_split();
-        let received = BytesMut::from(&received[..]);
-        // Boxed, like the other hand-overs: the connection loop's state (a few KiB) is not
-        // part of this function's future, which every request builds.
-        return Box::pin(serve_connection_from(r, w, handler, config, received, None)).await;
-    };
-    let mut a = Active::new(id, false);
-    a.params = Some(raw);
-    let answer = match respond_bodiless(a, handler, std::mem::take(&mut buffers.out)).await {
-        Ok(answer) => answer,
-        Err(e) => {
-            let (r, mut w) = register(stream)?.into_split();
-            close(&mut RecordReader::new(r), &mut w, true).await;
-            return Err(e);
+    let mut machine = Machine::new(config.values());
+    let out = &mut buffers.out;
+    out.clear();
+    let mut used = 0;
+    let first = loop {
+        match machine.feed(&received[used..], out) {
+            Ok(Status::Complete(Input::Ignored, n)) => used += n,
+            Ok(Status::Complete(input, n)) => {
+                used += n;
+                break Some(input);
+            }
+            Ok(Status::Partial) => break None,
+            Err(e) => {
+                let (r, w) = register(stream)?.into_split();
+                return Conn::new(r, w, handler, config, machine, BytesMut::new())
+                    .end(End::Error(e.into()))
+                    .await;
+            }
         }
     };
-    let out = match answer {
-        Answer::Small(out) => out,
-        Answer::Large(a) => {
+    let in_place = match first {
+        Some(Input::Start {
+            role,
+            params,
+            body: BodyKind::Empty,
+        }) if used == received.len() && out.is_empty() => {
+            answer_in_place(handler, role, params, &mut machine, out).await
+        }
+        first => {
+            // Boxed, like the other hand-overs: the connection loop's state (a few KiB) is not
+            // part of this function's future, which every request builds.
             let (r, w) = register(stream)?.into_split();
-            return Box::pin(serve_connection_from(
-                r,
-                w,
-                handler,
-                config,
-                BytesMut::new(),
-                Some(a),
-            ))
-            .await;
+            let rest = BytesMut::from(&received[used..]);
+            let mut conn = Conn::new(r, w, handler, config, machine, rest);
+            // The machine's answers to what was fed so far.
+            conn.out.extend_from_slice(out);
+            return Box::pin(conn.run(first)).await;
         }
     };
+    if let InPlace::Streams(work) = in_place {
+        let (r, w) = register(stream)?.into_split();
+        let mut conn = Conn::new(r, w, handler, config, machine, BytesMut::new());
+        conn.work = Some(work);
+        return Box::pin(conn.run(None)).await;
+    }
     let mut written = 0;
     while written < out.len() {
         match (&stream).write(&out[written..]) {
@@ -924,22 +1060,19 @@ pub async fn serve_inherited_unix(
             Err(e) => return peer_io(e),
         }
     }
-    let result = if written < out.len() {
+    if written < out.len() {
         // The web server reads slowly: the rest goes through the event loop, within the stall
-        // bound of every response write.
+        // bound of every answer's write.
         let mut s = register(stream)?;
         let sent = write_all(&mut s, &out[written..], config.deadlines.write_stall).await;
         if sent.is_ok() {
             let _ = s.shutdown().await;
         }
-        sent.or_else(peer_io)
-    } else {
-        // Everything the web server sent has been read: closing (on drop) ends the connection
-        // cleanly, no `shutdown` needed.
-        Ok(())
-    };
-    buffers.out = out;
-    result
+        return sent.or_else(peer_io);
+    }
+    // Everything the web server sent has been read: closing (on drop) ends the connection
+    // cleanly, no `shutdown` needed.
+    Ok(())
 }
 
 /// Whether the request of a connection just accepted arrives within [`FIRST_WAIT`] (mod_fcgid
@@ -964,7 +1097,7 @@ const FIRST_WAIT: Duration = Duration::from_millis(20);
 const FIRST_READ: usize = 16 * 1024;
 
 /// The buffers of [`serve_inherited_unix`], kept by its caller from one connection to the next
-/// (the request as first read, the response as framed): no allocation of either per request.
+/// (the request as first read, the answer as framed): no allocation of either per request.
 #[derive(Default)]
 pub struct Buffers {
     received: Vec<u8>,
@@ -974,45 +1107,6 @@ pub struct Buffers {
 /// Hands a connection over to the event loop.
 fn register(stream: std::os::unix::net::UnixStream) -> Result<tokio::net::UnixStream, ConnError> {
     tokio::net::UnixStream::from_std(stream).map_err(ConnError::Io)
-}
-
-/// The request id and raw PARAMS when `buf` holds exactly one whole request without a body and
-/// nothing else: BEGIN_REQUEST (responder, no `FCGI_KEEP_CONN`), non-empty PARAMS records (within
-/// [`MAX_PARAMS_LEN`]), the empty PARAMS record, the empty STDIN record, all for the same id.
-fn whole_bodiless_request(mut buf: &[u8]) -> Option<(u16, Vec<u8>)> {
-    let mut next = || -> Option<(u8, u16, &[u8])> {
-        let (rec, used) = record::parse_record(buf).ok()??;
-        let out = (rec.record_type, rec.request_id, rec.content);
-        buf = &buf[used..];
-        Some(out)
-    };
-    let (kind, id, content) = next()?;
-    if kind != record::BEGIN_REQUEST || id == 0 {
-        return None;
-    }
-    let (role, flags) = record::parse_begin_request(content).ok()?;
-    if role != record::ROLE_RESPONDER || flags & record::FLAG_KEEP_CONN != 0 {
-        return None;
-    }
-    let mut raw = Vec::new();
-    loop {
-        let (kind, rid, content) = next()?;
-        if kind != record::PARAMS || rid != id {
-            return None;
-        }
-        if content.is_empty() {
-            break;
-        }
-        if raw.len() + content.len() > MAX_PARAMS_LEN {
-            return None;
-        }
-        raw.extend_from_slice(content);
-    }
-    let (kind, rid, content) = next()?;
-    if kind != record::STDIN || rid != id || !content.is_empty() {
-        return None;
-    }
-    buf.is_empty().then_some((id, raw))
 }
 
 /// Maps a write error: a vanished peer is a normal end.
@@ -1080,7 +1174,7 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 struct Receiving {
     /// The connection is closed if no byte extends this in time.
     deadline: Instant,
-    /// Bytes received when last looked at.
+    /// Request bytes received when last looked at.
     seen: u64,
     /// Since when this program has stopped reading (the handler is busy): not the peer's fault.
     paused_since: Option<Instant>,
@@ -1108,167 +1202,4 @@ impl Receiving {
             self.deadline = (self.deadline + d.credit(n)).min(now + d.receive_grace);
         }
     }
-}
-
-async fn close<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    reader: &mut RecordReader<R>,
-    writer: &mut W,
-    linger: bool,
-) {
-    let _ = writer.flush().await;
-    let _ = writer.shutdown().await;
-    if linger {
-        reader.linger().await;
-    }
-}
-
-/// Handles one incoming record.
-async fn on_record<W: AsyncWrite + Unpin>(
-    rec: Record,
-    active: &mut Option<Active>,
-    handler: &Handler,
-    config: &ConnConfig,
-    writer: &mut W,
-) -> Result<Next, ConnError> {
-    let mut out = Vec::new();
-    if rec.request_id == 0 {
-        management_reply(&rec, config, &mut out)?;
-        write_all(writer, &out, config.deadlines.write_stall)
-            .await
-            .map_err(ConnError::Io)?;
-        return Ok(Next::Continue);
-    }
-
-    let Some(a) = active.as_mut() else {
-        if rec.record_type != record::BEGIN_REQUEST {
-            // A late record of a finished or refused request: ignored.
-            return Ok(Next::Continue);
-        }
-        let (role, flags) = record::parse_begin_request(&rec.content)?;
-        let keep_conn = flags & record::FLAG_KEEP_CONN != 0;
-        if role != record::ROLE_RESPONDER {
-            record::encode_end_request(rec.request_id, 0, record::UNKNOWN_ROLE, &mut out);
-            write_all(writer, &out, config.deadlines.write_stall)
-                .await
-                .map_err(ConnError::Io)?;
-            return Ok(if keep_conn {
-                Next::Continue
-            } else {
-                Next::Close { linger: true }
-            });
-        }
-        *active = Some(Active::new(rec.request_id, keep_conn));
-        return Ok(Next::Continue);
-    };
-
-    if rec.request_id != a.id {
-        if rec.record_type == record::BEGIN_REQUEST {
-            record::encode_end_request(rec.request_id, 0, record::CANT_MPX_CONN, &mut out);
-            write_all(writer, &out, config.deadlines.write_stall)
-                .await
-                .map_err(ConnError::Io)?;
-        }
-        // Anything else for another id belongs to nothing we serve: ignored.
-        return Ok(Next::Continue);
-    }
-
-    match rec.record_type {
-        record::BEGIN_REQUEST => Err(ConnError::Protocol(format!(
-            "BEGIN_REQUEST pour la requête {} déjà en cours",
-            a.id
-        ))),
-        record::ABORT_REQUEST => {
-            // Dropping the handler (and the response writer) runs their destructors: temporary
-            // files clean themselves up.
-            let (id, keep_conn) = (a.id, a.keep_conn);
-            *active = None;
-            record::encode_end_request(id, APP_STATUS_FAILED, record::REQUEST_COMPLETE, &mut out);
-            write_all(writer, &out, config.deadlines.write_stall)
-                .await
-                .map_err(ConnError::Io)?;
-            Ok(if keep_conn {
-                Next::Continue
-            } else {
-                Next::Close { linger: true }
-            })
-        }
-        record::PARAMS => {
-            let Some(buf) = a.params.as_mut() else {
-                return Err(ConnError::Protocol(
-                    "PARAMS après la fin des paramètres".into(),
-                ));
-            };
-            if !rec.content.is_empty() {
-                if buf.len() + rec.content.len() > MAX_PARAMS_LEN {
-                    eprintln!(
-                        "depot-fichiers : fastcgi : paramètres de plus de {MAX_PARAMS_LEN} octets, requête refusée"
-                    );
-                    let id = a.id;
-                    *active = None;
-                    record::encode_end_request(id, 0, record::OVERLOADED, &mut out);
-                    write_all(writer, &out, config.deadlines.write_stall)
-                        .await
-                        .map_err(ConnError::Io)?;
-                    return Ok(Next::Close { linger: true });
-                }
-                buf.extend_from_slice(&rec.content);
-                return Ok(Next::Continue);
-            }
-            let raw = a.params.take().unwrap_or_default();
-            let params = record::parse_params(raw, MAX_PARAMS_LEN)?;
-            let (tx, body) = Body::channel();
-            a.body_tx = Some(tx);
-            a.handler = Some(handler(Request { params, body }));
-            Ok(Next::Continue)
-        }
-        record::STDIN => {
-            if a.params.is_some() {
-                return Err(ConnError::Protocol(
-                    "STDIN avant la fin des paramètres".into(),
-                ));
-            }
-            if a.stdin_done {
-                // Data after the end of STDIN: ignored.
-                return Ok(Next::Continue);
-            }
-            if rec.content.is_empty() {
-                a.stdin_done = true;
-                // Dropping the sender ends the body for the handler.
-                a.body_tx = None;
-                if let Some(resp) = a.response.take() {
-                    a.start_writing(resp);
-                }
-            } else {
-                a.feed(Ok(rec.content));
-            }
-            Ok(Next::Continue)
-        }
-        // DATA (filter role) and unknown application record types: ignored.
-        _ => Ok(Next::Continue),
-    }
-}
-
-/// The answer to a management record (request id 0).
-fn management_reply(rec: &Record, config: &ConnConfig, out: &mut Vec<u8>) -> Result<(), ConnError> {
-    if rec.record_type != record::GET_VALUES {
-        record::encode_unknown_type(rec.record_type, out);
-        return Ok(());
-    }
-    let asked = record::parse_name_values(&rec.content, record::MAX_CONTENT_LEN)?;
-    let mut body = Vec::new();
-    let mut answered = [false; 3];
-    for (name, _) in asked {
-        let (slot, value) = match name {
-            n if n == record::MAX_CONNS.as_bytes() => (0, config.max_conns),
-            n if n == record::MAX_REQS.as_bytes() => (1, config.max_reqs),
-            n if n == record::MPXS_CONNS.as_bytes() => (2, 0),
-            // Unknown variables are left out of the answer, as the specification says.
-            _ => continue,
-        };
-        if !std::mem::replace(&mut answered[slot], true) {
-            record::encode_name_value(name, value.to_string().as_bytes(), &mut body);
-        }
-    }
-    record::encode_record(record::GET_VALUES_RESULT, 0, &body, out);
-    Ok(())
 }

@@ -40,7 +40,7 @@ pub const UNKNOWN_TYPE: u8 = 11;
 
 /// Roles in `FCGI_BEGIN_REQUEST`.
 pub const ROLE_RESPONDER: u16 = 1;
-/// `FCGI_AUTHORIZER` (refused).
+/// `FCGI_AUTHORIZER` (PARAMS only: an access decision before the body).
 pub const ROLE_AUTHORIZER: u16 = 2;
 /// `FCGI_FILTER` (refused).
 pub const ROLE_FILTER: u16 = 3;

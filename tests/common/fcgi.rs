@@ -26,12 +26,14 @@ pub const PARAMS: u8 = 4;
 pub const STDIN: u8 = 5;
 pub const STDOUT: u8 = 6;
 pub const STDERR: u8 = 7;
+pub const DATA: u8 = 8;
 pub const GET_VALUES: u8 = 9;
 pub const GET_VALUES_RESULT: u8 = 10;
 pub const UNKNOWN_TYPE: u8 = 11;
 
 pub const ROLE_RESPONDER: u16 = 1;
 pub const ROLE_AUTHORIZER: u16 = 2;
+pub const ROLE_FILTER: u16 = 3;
 pub const KEEP_CONN: u8 = 1;
 
 pub const REQUEST_COMPLETE: u8 = 0;

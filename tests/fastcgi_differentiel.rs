@@ -1,0 +1,426 @@
+//! The FastCGI state machine is the same whatever the path a connection takes: recorded record
+//! sequences (well-formed, odd and hostile) sent to the real binary in one write, one byte per
+//! write, and with a pause before their last record, on the listening socket inherited on fd 0
+//! (mod_fcgid: the first read answered in place when it holds a whole request without a body)
+//! and on `--listen unix:` (the connection loop only). Every way gives the same answer: the same
+//! records (STDOUT and STDERR streams joined, END_REQUEST statuses, management answers) and the
+//! same end of the connection.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Guard;
+use common::config::TestConfig;
+use common::fcgi::{self, encode_name_value, encode_record};
+
+const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz012345-_.~";
+
+/// The real binary serving one socket.
+struct Server {
+    _guard: Guard,
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Server {
+    fn config(root: &Path) -> PathBuf {
+        let config = root.join("config.toml");
+        TestConfig::new(root)
+            .set("token_acces", TOKEN)
+            .write(&config);
+        config
+    }
+
+    /// mod_fcgid's way: a listening Unix socket on fd 0.
+    fn inherited() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Server::config(dir.path());
+        let socket = dir.path().join("fd0.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let out = dir.path().join("stderr.log");
+        let mut cmd = Command::new(common::binary());
+        cmd.arg("--config")
+            .arg(&config)
+            .env_remove("GATEWAY_INTERFACE")
+            .stderr(Stdio::from(std::fs::File::create(&out).unwrap()))
+            .stdout(Stdio::null())
+            .stdin(Stdio::from(OwnedFd::from(listener)));
+        let child = cmd.spawn().unwrap();
+        Server {
+            _guard: Guard {
+                child,
+                name: "depot-fichiers (fd 0)",
+            },
+            _dir: dir,
+            socket,
+        }
+    }
+
+    /// `--listen unix:…`.
+    fn listen() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Server::config(dir.path());
+        let (guard, socket) = common::listen_unix(&config, dir.path());
+        Server {
+            _guard: guard,
+            _dir: dir,
+            socket,
+        }
+    }
+}
+
+/// How the sequence is written.
+#[derive(Debug, Clone, Copy)]
+enum Feed {
+    Whole,
+    BytePerWrite,
+    PauseBeforeLast,
+}
+
+/// What came back, decoded: one line per record (streams joined per request id), and how the
+/// connection ended.
+fn exchange(socket: &Path, records: &[Vec<u8>], feed: Feed) -> Vec<String> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let all: Vec<u8> = records.concat();
+    let written = match feed {
+        Feed::Whole => s.write_all(&all),
+        Feed::BytePerWrite => all.iter().try_for_each(|b| s.write_all(&[*b])),
+        Feed::PauseBeforeLast => {
+            let (head, last) = records.split_at(records.len().saturating_sub(1));
+            s.write_all(&head.concat()).and_then(|()| {
+                std::thread::sleep(Duration::from_millis(60));
+                s.write_all(&last.concat())
+            })
+        }
+    };
+    // A server that closed early (a refusal) may make the rest of the writes fail.
+    let _ = written;
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut b = [0u8; 65536];
+    let end = loop {
+        match s.read(&mut b) {
+            Ok(0) => break "fermée".to_string(),
+            Ok(n) => out.extend_from_slice(&b[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                break "fermée".to_string();
+            }
+            Err(e) => break format!("erreur {:?}", e.kind()),
+        }
+        assert!(Instant::now() < deadline, "the server never closed");
+    };
+    let mut lines = Vec::new();
+    let mut streams: Vec<(u8, u16, Vec<u8>)> = Vec::new();
+    let mut rest = &out[..];
+    while rest.len() >= 8 {
+        let (kind, id) = (rest[1], u16::from_be_bytes([rest[2], rest[3]]));
+        let len = u16::from_be_bytes([rest[4], rest[5]]) as usize;
+        let pad = rest[6] as usize;
+        if rest.len() < 8 + len + pad {
+            break;
+        }
+        let content = &rest[8..8 + len];
+        match kind {
+            fcgi::STDOUT | fcgi::STDERR => {
+                match streams.iter_mut().find(|(k, i, _)| *k == kind && *i == id) {
+                    Some((_, _, data)) => data.extend_from_slice(content),
+                    None => streams.push((kind, id, content.to_vec())),
+                }
+                if content.is_empty() {
+                    let i = streams
+                        .iter()
+                        .position(|(k, i, _)| *k == kind && *i == id)
+                        .unwrap();
+                    let (k, i, data) = streams.remove(i);
+                    lines.push(format!(
+                        "flux {k} id {i} : {}",
+                        String::from_utf8_lossy(&data)
+                    ));
+                }
+            }
+            // FCGI_MAX_CONNS and FCGI_MAX_REQS differ by design (1 on fd 0, 256 with
+            // --listen): the names answered, and FCGI_MPXS_CONNS, are compared.
+            fcgi::GET_VALUES_RESULT => {
+                let answered: Vec<String> = fcgi::decode_name_values(content)
+                    .expect("GET_VALUES_RESULT")
+                    .into_iter()
+                    .map(|(n, v)| match n.as_slice() {
+                        b"FCGI_MAX_CONNS" | b"FCGI_MAX_REQS" => {
+                            String::from_utf8_lossy(&n).into_owned()
+                        }
+                        _ => format!(
+                            "{}={}",
+                            String::from_utf8_lossy(&n),
+                            String::from_utf8_lossy(&v)
+                        ),
+                    })
+                    .collect();
+                lines.push(format!("GET_VALUES_RESULT id {id} : {answered:?}"));
+            }
+            _ => lines.push(format!("type {kind} id {id} : {content:?}")),
+        }
+        rest = &rest[8 + len + pad..];
+    }
+    for (k, i, data) in streams {
+        lines.push(format!(
+            "flux {k} id {i} (non terminé) : {}",
+            String::from_utf8_lossy(&data)
+        ));
+    }
+    if !rest.is_empty() {
+        lines.push(format!("{} octets de trop", rest.len()));
+    }
+    lines.push(end);
+    lines
+}
+
+fn rec(kind: u8, id: u16, content: &[u8]) -> Vec<u8> {
+    encode_record(kind, id, content)
+}
+
+fn begin(id: u16, role: u16, flags: u8) -> Vec<u8> {
+    let r = role.to_be_bytes();
+    rec(fcgi::BEGIN_REQUEST, id, &[r[0], r[1], flags, 0, 0, 0, 0, 0])
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (n, v) in list {
+        encode_name_value(n.as_bytes(), v.as_bytes(), &mut body);
+    }
+    body
+}
+
+/// PARAMS of a request to `script` (`method`, `query`, `auth`), then the empty PARAMS.
+fn params(
+    id: u16,
+    method: &str,
+    script: &str,
+    query: &str,
+    extra: &[(&str, &str)],
+) -> Vec<Vec<u8>> {
+    let uri = if query.is_empty() {
+        script.to_string()
+    } else {
+        format!("{script}?{query}")
+    };
+    let mut list = vec![
+        ("REQUEST_METHOD", method),
+        ("SCRIPT_NAME", script),
+        ("REQUEST_URI", uri.as_str()),
+        ("QUERY_STRING", query),
+        ("GATEWAY_INTERFACE", "CGI/1.1"),
+    ];
+    list.extend_from_slice(extra);
+    vec![
+        rec(fcgi::PARAMS, id, &pairs(&list)),
+        rec(fcgi::PARAMS, id, b""),
+    ]
+}
+
+fn stdin_end(id: u16) -> Vec<u8> {
+    rec(fcgi::STDIN, id, b"")
+}
+
+/// A record with `pad` bytes of padding.
+fn padded(kind: u8, id: u16, content: &[u8], pad: u8) -> Vec<u8> {
+    let mut r = rec(kind, id, content);
+    r[6] = pad;
+    r.extend(std::iter::repeat_n(0xAA, pad as usize));
+    r
+}
+
+/// The recorded sequences: a name and its records.
+fn sequences() -> Vec<(&'static str, Vec<Vec<u8>>)> {
+    let wk = "/.well-known/oauth-protected-resource";
+    let metadata = |id: u16| {
+        let mut v = vec![begin(id, fcgi::ROLE_RESPONDER, 0)];
+        v.extend(params(id, "GET", wk, "", &[]));
+        v.push(stdin_end(id));
+        v
+    };
+    let bad_upload_body = b"--b\r\nContent-Disposition: form-data; name=\"fichier\"; filename=\"x\"\r\n\r\nx\r\n--b--\r\n";
+    let mut out: Vec<(&'static str, Vec<Vec<u8>>)> = Vec::new();
+    out.push(("GET de la découverte", metadata(1)));
+    out.push(("GET, identifiant 7", metadata(7)));
+    let mut v = vec![begin(1, fcgi::ROLE_RESPONDER, 0)];
+    v.extend(params(
+        1,
+        "GET",
+        "/download.php",
+        "fichier=absent&token=x",
+        &[],
+    ));
+    v.push(stdin_end(1));
+    out.push(("téléchargement refusé", v));
+    let mut v = vec![begin(1, fcgi::ROLE_RESPONDER, 0)];
+    v.extend(params(
+        1,
+        "POST",
+        "/upload.php",
+        "",
+        &[
+            ("CONTENT_TYPE", "multipart/form-data; boundary=b"),
+            (
+                "HTTP_AUTHORIZATION",
+                "Bearer mauvais-token-mauvais-token-00",
+            ),
+        ],
+    ));
+    v.push(rec(fcgi::STDIN, 1, bad_upload_body));
+    v.push(stdin_end(1));
+    out.push(("dépôt avec corps, mauvais token", v));
+    // PARAMS in 1-byte records.
+    let mut v = vec![begin(1, fcgi::ROLE_RESPONDER, 0)];
+    let p = params(1, "GET", wk, "", &[]);
+    let content = &p[0][8..];
+    for b in content {
+        v.push(rec(fcgi::PARAMS, 1, &[*b]));
+    }
+    v.push(rec(fcgi::PARAMS, 1, b""));
+    v.push(stdin_end(1));
+    out.push(("PARAMS d'un octet par enregistrement", v));
+    // Padding 255 everywhere.
+    let p = params(1, "GET", wk, "", &[]);
+    out.push((
+        "bourrage de 255 octets",
+        vec![
+            padded(fcgi::BEGIN_REQUEST, 1, &[0, 1, 0, 0, 0, 0, 0, 0], 255),
+            padded(fcgi::PARAMS, 1, &p[0][8..], 255),
+            padded(fcgi::PARAMS, 1, b"", 255),
+            padded(fcgi::STDIN, 1, b"", 255),
+        ],
+    ));
+    // Unknown, DATA and STDOUT records in between.
+    let mut v = vec![begin(1, fcgi::ROLE_RESPONDER, 0), rec(42, 1, b"inconnu")];
+    let p = params(1, "GET", wk, "", &[]);
+    v.push(p[0].clone());
+    v.push(rec(fcgi::DATA, 1, b"donnees"));
+    v.push(rec(fcgi::STDOUT, 1, b"sortie"));
+    v.push(p[1].clone());
+    v.push(rec(fcgi::DATA, 1, b""));
+    v.push(stdin_end(1));
+    out.push(("enregistrements inconnus, DATA, STDOUT au milieu", v));
+    // KEEP_CONN with one and with two requests.
+    let keep = |id: u16| {
+        let mut v = vec![begin(id, fcgi::ROLE_RESPONDER, fcgi::KEEP_CONN)];
+        v.extend(params(id, "GET", wk, "", &[]));
+        v.push(stdin_end(id));
+        v
+    };
+    out.push(("KEEP_CONN, une requête", keep(1)));
+    let mut v = keep(1);
+    v.extend(keep(2));
+    out.push(("KEEP_CONN, deux requêtes", v));
+    // A second request id while one is in progress.
+    let mut v = vec![begin(1, fcgi::ROLE_RESPONDER, 0)];
+    v.extend(params(1, "GET", wk, "", &[]));
+    v.push(begin(2, fcgi::ROLE_RESPONDER, 0));
+    v.push(rec(fcgi::STDIN, 2, b"perdu"));
+    v.push(stdin_end(1));
+    out.push(("second identifiant", v));
+    // GET_VALUES first, and an unknown management record.
+    let mut v = vec![
+        rec(
+            fcgi::GET_VALUES,
+            0,
+            &pairs(&[("FCGI_MAX_CONNS", ""), ("FCGI_MPXS_CONNS", ""), ("X", "")]),
+        ),
+        rec(99, 0, b""),
+    ];
+    v.extend(metadata(1));
+    out.push(("GET_VALUES d'abord", v));
+    // STDIN before the end of PARAMS.
+    out.push((
+        "STDIN avant la fin des PARAMS",
+        vec![
+            begin(1, fcgi::ROLE_RESPONDER, 0),
+            rec(fcgi::STDIN, 1, b"trop tot"),
+        ],
+    ));
+    // Roles.
+    let mut v = vec![begin(1, fcgi::ROLE_AUTHORIZER, 0)];
+    v.extend(params(1, "POST", "/upload.php", "", &[]));
+    out.push(("rôle AUTHORIZER", v));
+    let mut v = vec![begin(1, fcgi::ROLE_FILTER, 0)];
+    v.extend(params(1, "GET", wk, "", &[]));
+    out.push(("rôle FILTER", v));
+    let mut v = vec![begin(1, fcgi::ROLE_FILTER, fcgi::KEEP_CONN)];
+    v.extend(metadata(2));
+    out.push(("rôle FILTER puis une requête (KEEP_CONN)", v));
+    // Truncated and huge name-value lengths.
+    out.push((
+        "longueur nom-valeur tronquée",
+        vec![
+            begin(1, fcgi::ROLE_RESPONDER, 0),
+            rec(fcgi::PARAMS, 1, &[10, 10, b'a']),
+            rec(fcgi::PARAMS, 1, b""),
+        ],
+    ));
+    out.push((
+        "longueur de 2 Gio",
+        vec![
+            begin(1, fcgi::ROLE_RESPONDER, 0),
+            rec(fcgi::PARAMS, 1, &[0xff, 0xff, 0xff, 0xff, 1, b'a']),
+            rec(fcgi::PARAMS, 1, b""),
+        ],
+    ));
+    // PARAMS over 1 MiB.
+    let mut v = vec![begin(1, fcgi::ROLE_RESPONDER, 0)];
+    for _ in 0..17 {
+        v.push(rec(fcgi::PARAMS, 1, &vec![b'x'; 65535]));
+    }
+    out.push(("PARAMS de plus de 1 Mio", v));
+    // (An ABORT sent right behind a complete request races its answer: aborted or answered, both
+    // are FastCGI, and which one depends on when the bytes arrive. Not a sequence to compare.)
+    let mut v = vec![begin(1, fcgi::ROLE_RESPONDER, fcgi::KEEP_CONN)];
+    v.extend(params(1, "GET", wk, "", &[]));
+    v.push(rec(fcgi::ABORT_REQUEST, 1, b""));
+    v.extend(keep(2));
+    out.push(("ABORT avant la fin, puis une requête (KEEP_CONN)", v));
+    // Trailing garbage.
+    let mut v = metadata(1);
+    v.push(b"GET / HTTP/1.0\r\n\r\n".to_vec());
+    out.push(("octets de trop après la requête", v));
+    out.push(("pas du FastCGI", vec![b"GET / HTTP/1.0\r\n\r\n".to_vec()]));
+    let mut wrong = begin(1, fcgi::ROLE_RESPONDER, 0);
+    wrong[0] = 2;
+    out.push(("mauvaise version", vec![wrong]));
+    out
+}
+
+#[test]
+fn every_path_through_the_transport_gives_the_same_answer() {
+    let servers = [
+        ("fd 0", Server::inherited()),
+        ("--listen", Server::listen()),
+    ];
+    let mut reference_count = 0;
+    for (name, records) in sequences() {
+        let mut reference: Option<(String, Vec<String>)> = None;
+        for (transport, server) in &servers {
+            for feed in [Feed::Whole, Feed::BytePerWrite, Feed::PauseBeforeLast] {
+                let got = exchange(&server.socket, &records, feed);
+                let way = format!("{transport}, {feed:?}");
+                match &reference {
+                    None => reference = Some((way, got)),
+                    Some((first, want)) => {
+                        assert_eq!(&got, want, "« {name} »: {way} differs from {first}")
+                    }
+                }
+            }
+        }
+        let (_, answer) = reference.unwrap();
+        assert!(!answer.is_empty(), "{name}");
+        reference_count += 1;
+    }
+    assert!(reference_count >= 20, "{reference_count} sequences");
+}

@@ -236,11 +236,29 @@ impl Request {
         if v.is_empty() { None } else { Some(v) }
     }
 
+    /// The body length the client announced (`Content-Length`), for a refusal with 413 only:
+    /// `CONTENT_LENGTH`, or, when the web server withheld a body longer than its own limit
+    /// (mod_fcgid under `LimitRequestBody` then gives `CONTENT_LENGTH=0` and no body), the
+    /// header as the shipped Apache configuration copies it into
+    /// `DEPOT_FICHIERS_TAILLE_ANNONCEE` (`SetEnvIf Content-Length`). A client cannot set that
+    /// variable (its headers arrive as `HTTP_*`), and nothing is ever read on its word.
+    pub fn announced_length(&self) -> Option<u64> {
+        let parse = |name: &str| self.params.get(name)?.trim().parse::<u64>().ok();
+        match (parse("CONTENT_LENGTH"), parse(ANNOUNCED_LENGTH)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// The `QUERY_STRING`, empty when absent.
     pub fn query(&self) -> &[u8] {
         self.params.get_bytes("QUERY_STRING").unwrap_or(b"")
     }
 }
+
+/// The variable the shipped Apache configuration sets to the request's `Content-Length` (see
+/// [`Request::announced_length`]).
+pub const ANNOUNCED_LENGTH: &str = "DEPOT_FICHIERS_TAILLE_ANNONCEE";
 
 /// Is `param` the CGI name of the HTTP header `name`? `Content-Type` → `CONTENT_TYPE`,
 /// `Authorization` → `HTTP_AUTHORIZATION` (upper case, `-` as `_`). Compared in place: no string

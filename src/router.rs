@@ -1,10 +1,16 @@
 //! The dispatch of a request to its endpoint (contract §2), and what every answer gets after it:
 //! a `HEAD` request is answered without body, whatever the endpoint.
 //!
-//! One more way in: the **authorizer** role (mod_fcgid's `FcgidAccessChecker`): asked on the
-//! headers alone, before mod_fcgid reads the body, whether the endpoint would read it
-//! ([`authorize`]): 200 lets the request through, anything else makes Apache refuse it with 401
-//! without reading the body.
+//! Two more ways in, for the shipped Apache configuration, so that a refused request never has
+//! its body read (docs/GARANTIES.md, « Un corps refusé n'est jamais lu »):
+//! - the **authorizer** role (mod_fcgid's `FcgidAccessChecker` on `upload.php`): asked on the
+//!   headers alone, before mod_fcgid reads the body, whether the endpoint would read it
+//!   ([`authorize`]): 200 lets the request through, anything else makes Apache refuse it with
+//!   401 without reading the body;
+//! - the **refusal** (`ErrorDocument 401 /refus.php`, under `LimitRequestBody 1`): Apache's
+//!   internal redirect after such a refusal, answered as the refused request itself, with the
+//!   method, endpoint and query of the original and no body ([`refused_request`]): the client
+//!   gets the endpoint's own answer (JSON, status, log line).
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -54,6 +60,9 @@ fn last_segment(path: &[u8]) -> &[u8] {
     path.rsplit(|&b| b == b'/').next().unwrap_or(b"")
 }
 
+/// The virtual name of the refusal's `ErrorDocument` (see the module documentation).
+const REFUSAL: &[u8] = b"refus.php";
+
 /// The authorizer's answer: whether the endpoint would read the body of this request. Only an
 /// upload reads a large one, and only a `POST` with the right token: the same checks, in the
 /// same order, as [`upload::handle`] makes before it reads (method, then token). Everything else
@@ -66,12 +75,39 @@ pub fn authorize(app: &App, req: &Request) -> Response {
     Response::new(if admitted { 200 } else { 401 })
 }
 
+/// The request Apache refused, when `req` is its `ErrorDocument` (`/refus.php`, reached by an
+/// internal redirect: `REDIRECT_STATUS` is set, which no client can send): the same parameters
+/// (the headers, `REQUEST_URI`) with the original's method, script and query string, and no
+/// body. `None` for anything else.
+pub fn refused_request(req: &Request) -> Option<Request> {
+    let p = &req.params;
+    let script = p.get_bytes("SCRIPT_NAME")?;
+    if last_segment(script) != REFUSAL || p.get_bytes("REDIRECT_STATUS").is_none() {
+        return None;
+    }
+    let url = p.get_bytes("REDIRECT_URL")?;
+    let mut params = p.clone();
+    params.insert("SCRIPT_NAME", url.to_vec());
+    params.insert(
+        "REQUEST_METHOD",
+        p.get_bytes("REDIRECT_REQUEST_METHOD")
+            .unwrap_or(b"GET")
+            .to_vec(),
+    );
+    params.insert(
+        "QUERY_STRING",
+        p.get_bytes("REDIRECT_QUERY_STRING").unwrap_or(b"").to_vec(),
+    );
+    params.insert("CONTENT_LENGTH", "0");
+    Some(Request::new(params, crate::http::Body::empty()))
+}
+
 /// Handles one request. The transport drains the rest of the body before sending the answer.
 pub async fn handle(app: &App, req: Request) -> Response {
     if req.role == Role::Authorizer {
         return authorize(app, &req);
     }
-    let mut req = req;
+    let mut req = refused_request(&req).unwrap_or(req);
     let r = match endpoint(&req) {
         // Boxed: the upload's state (≈ 1.3 KiB) would otherwise be part of every request's
         // future, a download's included.

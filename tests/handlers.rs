@@ -835,3 +835,69 @@ async fn the_authorizer_lets_through_only_uploads_that_would_be_read() {
         assert_eq!(before, after, "an authorizer's answer writes no log line");
     }
 }
+
+/// The `ErrorDocument` of a refused upload (`/refus.php`, reached by Apache's internal
+/// redirect with `REDIRECT_*` variables): answered as the refused request itself, with its
+/// method, endpoint and query string and no body; asked directly (no `REDIRECT_STATUS`), it is
+/// an unknown name.
+#[tokio::test]
+async fn the_refusal_is_answered_as_the_refused_request() {
+    let e = env("");
+    let refusal = |method: &str, url: &str, query: &str, auth: Option<&str>| {
+        let mut p: Vec<(&str, &str)> = vec![
+            ("REQUEST_METHOD", "GET"),
+            ("SCRIPT_NAME", "/refus.php"),
+            ("REQUEST_URI", url),
+            ("REDIRECT_STATUS", "401"),
+            ("REDIRECT_URL", url),
+            ("REDIRECT_REQUEST_METHOD", method),
+            ("CONTENT_TYPE", "multipart/form-data; boundary=x"),
+        ];
+        if !query.is_empty() {
+            p.push(("REDIRECT_QUERY_STRING", query));
+        }
+        if let Some(a) = auth {
+            p.push(("HTTP_AUTHORIZATION", a));
+        }
+        p.into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+    };
+    let run = |p: Vec<(String, String)>| {
+        let app = &e.app;
+        async move {
+            let pairs: Vec<(&str, &str)> =
+                p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            call(app, &pairs, Vec::new()).await
+        }
+    };
+    run(refusal("POST", "/upload.php", "", None))
+        .await
+        .assert_error(401, "token_invalide");
+    run(refusal(
+        "PUT",
+        "/upload.php",
+        "",
+        Some(&format!("Bearer {TOKEN}")),
+    ))
+    .await
+    .assert_error(405, "methode_non_autorisee");
+    let log = fs::read_to_string(e.root.join("log/depot-fichiers.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("POST /upload.php — token invalide") && l.ends_with("REFUSÉ")),
+        "{log}"
+    );
+    // Asked for directly, or without an original to answer for: an unknown name.
+    let direct = call(
+        &e.app,
+        &[
+            ("REQUEST_METHOD", "GET"),
+            ("SCRIPT_NAME", "/refus.php"),
+            ("REQUEST_URI", "/refus.php"),
+        ],
+        Vec::new(),
+    )
+    .await;
+    direct.assert_error(404, "fichier_introuvable");
+}

@@ -120,3 +120,295 @@ fn x_sendfile_never_serves_another_upload_to_a_link() {
     }
     assert!(r.join().unwrap().body == second);
 }
+
+/// What a raw HTTP/1.1 client managed to hand the server: it writes a request announcing `len`
+/// body bytes through a socket with a small send buffer (so that what the kernels hold is little
+/// next to 1 MiB), as fast as the server takes them, until the server answers or closes.
+struct Sent {
+    /// Body bytes the server accepted (written into the socket).
+    body: u64,
+    /// The whole answer, as read.
+    answer: Vec<u8>,
+}
+
+impl Sent {
+    fn status(&self) -> u16 {
+        let text = String::from_utf8_lossy(&self.answer);
+        text.split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+    fn header(&self, name: &str) -> Option<String> {
+        let text = String::from_utf8_lossy(&self.answer);
+        let head = text.split("\r\n\r\n").next().unwrap_or("").to_string();
+        head.lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+    }
+    fn body_text(&self) -> String {
+        let text = String::from_utf8_lossy(&self.answer).into_owned();
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// Sends `POST path` (or `method`) announcing `len` bytes, with `headers`; with `expect`, waits
+/// for `100 Continue` before the body, as curl does for bodies over 1 MiB.
+fn send_big(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[String],
+    len: u64,
+    expect: bool,
+) -> Sent {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::TcpStream;
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    rustix::net::sockopt::set_socket_send_buffer_size(&s, 16 * 1024).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len}\r\n\
+         Content-Type: application/octet-stream\r\n"
+    );
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    if expect {
+        head.push_str("Expect: 100-continue\r\n");
+    }
+    head.push_str("\r\n");
+    (&s).write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let read_some = |s: &TcpStream, answer: &mut Vec<u8>, wait: Duration| -> bool {
+        s.set_read_timeout(Some(wait)).unwrap();
+        let mut b = [0u8; 16384];
+        match (&*s).read(&mut b) {
+            Ok(0) => true,
+            Ok(n) => {
+                answer.extend_from_slice(&b[..n]);
+                false
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
+            Err(_) => true,
+        }
+    };
+    if expect {
+        // The server refuses at once, or says 100 Continue.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && !String::from_utf8_lossy(&answer).contains("\r\n\r\n") {
+            if read_some(&s, &mut answer, Duration::from_millis(100)) {
+                break;
+            }
+        }
+        if !String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 100") {
+            return Sent { body: 0, answer };
+        }
+        answer.clear();
+    }
+    s.set_nonblocking(true).unwrap();
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut body = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut stalled_since: Option<Instant> = None;
+    while body < len && Instant::now() < deadline {
+        let want = (len - body).min(chunk.len() as u64) as usize;
+        match (&s).write(&chunk[..want]) {
+            Ok(n) => {
+                body += n as u64;
+                stalled_since = None;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                // Nothing more taken: the server answered, or will once it has the body.
+                let mut b = [0u8; 16384];
+                match (&s).read(&mut b) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        answer.extend_from_slice(&b[..n]);
+                        break;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(_) => break,
+                }
+                let since = *stalled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(3) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(_) => break,
+        }
+    }
+    s.set_nonblocking(false).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        if read_some(&s, &mut answer, Duration::from_millis(200))
+            || String::from_utf8_lossy(&answer).contains("}\n")
+        {
+            break;
+        }
+    }
+    Sent { body, answer }
+}
+
+/// Watches `dir` (mod_fcgid's spool) until `stop`: the largest total size of its files seen.
+fn watch_spool(
+    dir: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> u64 {
+    let mut max = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let total: u64 = fs::read_dir(&dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        max = max.max(total);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    max
+}
+
+/// 100 MB sent with no credentials to each endpoint, with and without `Expect: 100-continue`:
+/// the shipped configuration refuses each having taken less than 1 MiB of it (bytes the client
+/// managed to send through a 16 KiB send buffer, and nothing spooled by mod_fcgid meanwhile),
+/// and every refusal keeps its answer: the endpoint's JSON, `WWW-Authenticate` on `/mcp.php`,
+/// 405 for a `POST` to `/download.php`, and the log line. A token (or bearer) that is right still
+/// passes: an authenticated oversized MCP call gets 413, not a parse error.
+#[test]
+fn a_refused_request_never_has_its_body_taken() {
+    use common::introspection::{self, IntrospectionServer};
+    const RESOURCE: &str = "https://depot.example.org/mcp.php";
+    let idp = IntrospectionServer::start(RESOURCE);
+    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let a = Apache::with(
+        Mode::Fcgid,
+        &[
+            ("oauth_url", "\"http://127.0.0.1:9/as\""),
+            ("oauth_introspection_url", &q(&idp.url())),
+            ("oauth_client_id", &q(introspection::CLIENT_ID)),
+            ("oauth_client_secret", &q(introspection::CLIENT_SECRET)),
+            ("mcp_resource_url", &q(RESOURCE)),
+        ],
+    );
+    let port = a.state.port;
+    const BIG: u64 = 100_000_000;
+    const MIB: u64 = 1 << 20;
+    let wrong = "Authorization: Bearer mauvais-token-mauvais-token-mauvais".to_string();
+    let cases: Vec<(&str, &str, &str, Vec<String>, u16)> = vec![
+        ("dépôt sans token", "POST", "/upload.php", vec![], 401),
+        (
+            "dépôt, mauvais token",
+            "POST",
+            "/upload.php",
+            vec![wrong.clone()],
+            401,
+        ),
+        ("dépôt en PUT", "PUT", "/upload.php", vec![], 405),
+        (
+            "téléchargement en POST",
+            "POST",
+            "/download.php?fichier=x&token=y",
+            vec![],
+            405,
+        ),
+        ("MCP sans jeton", "POST", "/mcp.php", vec![], 401),
+        (
+            "MCP, mauvais jeton",
+            "POST",
+            "/mcp.php",
+            vec![wrong.clone()],
+            401,
+        ),
+        (
+            "découverte en POST",
+            "POST",
+            "/.well-known/oauth-protected-resource",
+            vec![],
+            405,
+        ),
+    ];
+    for expect in [false, true] {
+        for (what, method, path, headers, status) in &cases {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let watcher = {
+                let (dir, stop) = (a.spool_dir(), stop.clone());
+                std::thread::spawn(move || watch_spool(dir, stop))
+            };
+            let before = fs::read_to_string(a.state.log_file()).unwrap_or_default();
+            let sent = send_big(port, method, path, headers, BIG, expect);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let spooled = watcher.join().unwrap();
+            let label = format!("{what} (Expect: {expect})");
+            assert!(
+                sent.body < MIB,
+                "{label}: the server took {} bytes of the body",
+                sent.body
+            );
+            assert!(spooled < MIB, "{label}: mod_fcgid spooled {spooled} bytes");
+            assert_eq!(
+                sent.status(),
+                *status,
+                "{label}:\n{}\n{}",
+                String::from_utf8_lossy(&sent.answer),
+                a.state.logs()
+            );
+            assert_eq!(
+                sent.header("Content-Type").as_deref(),
+                Some("application/json"),
+                "{label}: {}",
+                String::from_utf8_lossy(&sent.answer)
+            );
+            let body: serde_json::Value = serde_json::from_str(sent.body_text().trim())
+                .unwrap_or_else(|e| panic!("{label}: not JSON ({e}): {}", sent.body_text()));
+            if path.starts_with("/mcp.php") && *status == 401 {
+                let challenge = sent.header("WWW-Authenticate").unwrap_or_default();
+                assert!(
+                    challenge.contains("resource_metadata="),
+                    "{label}: {challenge}"
+                );
+            } else if path.starts_with("/upload.php") || path.starts_with("/download.php") {
+                let code = if *status == 401 {
+                    "token_invalide"
+                } else {
+                    "methode_non_autorisee"
+                };
+                assert_eq!(body["erreur"], code, "{label}: {body}");
+            }
+            if *status == 401 {
+                let log = fs::read_to_string(a.state.log_file()).unwrap_or_default();
+                let new = &log[before.len().min(log.len())..];
+                assert!(
+                    new.lines().any(|l| l.ends_with("REFUSÉ")),
+                    "{label}: no log line:\n{new}"
+                );
+            }
+        }
+    }
+    // Still answered right when the credentials are: an oversized MCP call with a valid bearer
+    // is refused for its size, before or after Apache's limit.
+    let valid = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
+    for len in [2 * MIB, BIG] {
+        let sent = send_big(
+            port,
+            "POST",
+            "/mcp.php",
+            std::slice::from_ref(&valid),
+            len,
+            true,
+        );
+        assert_eq!(
+            sent.status(),
+            413,
+            "{}",
+            String::from_utf8_lossy(&sent.answer)
+        );
+        assert!(sent.body < MIB + 64 * 1024, "{} bytes", sent.body);
+    }
+}

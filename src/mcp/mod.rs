@@ -274,11 +274,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             .with_status(413),
         )
     };
-    if let Some(cl) = req
-        .header("Content-Length")
-        .and_then(|v| v.parse::<u64>().ok())
-        && cl > limit
-    {
+    if req.announced_length().is_some_and(|cl| cl > limit) {
         return too_large();
     }
     let body = match req

@@ -133,8 +133,16 @@ impl Apache {
             None
         };
 
+        // Its own temporary folder, where mod_fcgid spools request bodies (`fcgid.tmp.*`):
+        // what a test can watch. The children write it: the run user's, under `run/`.
+        let spool = state.root.join("run/spool");
+        fs::create_dir_all(&spool).unwrap();
+        state.hand_over();
         let mut c = Command::new(apache2());
-        c.arg("-f").arg(&conf).arg("-DFOREGROUND");
+        c.env("TMPDIR", &spool)
+            .arg("-f")
+            .arg(&conf)
+            .arg("-DFOREGROUND");
         let mut apache = Guard::spawn("apache2", c, &state.server_log_dir().join("apache.out"));
         wait_port(port, &mut apache, Duration::from_secs(15))
             .map_err(|e| format!("{e}\n{}", state.logs()))?;
@@ -155,6 +163,10 @@ impl Apache {
     }
     pub fn access_log(&self) -> PathBuf {
         self.state.server_log_dir().join("apache-access.log")
+    }
+    /// Where mod_fcgid spools request bodies (Apache's `TMPDIR`).
+    pub fn spool_dir(&self) -> PathBuf {
+        self.state.root.join("run/spool")
     }
     pub fn error_log(&self) -> PathBuf {
         self.state.server_log_dir().join("apache-error.log")

@@ -242,10 +242,14 @@ fn serde_error(text: &str, e: &toml::de::Error) -> ConfigError {
         let k = line.split('=').next()?.trim().trim_matches('"');
         keys().contains(&k).then(|| k.to_string())
     });
-    ConfigError {
-        key,
-        message: format!("valeur de type incorrect ({})", e.message()),
-    }
+    // serde quotes the value it could not use: never a secret's.
+    let message = match key.as_deref() {
+        Some("token_acces" | "oauth_client_secret") => {
+            "valeur de type incorrect (une chaîne entre guillemets est attendue)".to_string()
+        }
+        _ => format!("valeur de type incorrect ({})", e.message()),
+    };
+    ConfigError { key, message }
 }
 
 /// Every number of the file within its range ([`BOUNDS`], [`OAUTH_DELAI_BOUNDS`]); a value of
@@ -308,9 +312,50 @@ fn check_dir(key: &str, p: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The example file, whose secret values are placeholders that must never be accepted.
+const EXAMPLE_FILE: &str = include_str!("../config.example.toml");
+
+/// How every placeholder secret the example file and the documentation write begins.
+const PLACEHOLDER_PREFIX: &str = "remplacer-par";
+
+/// Whether `value` of the secret `key` is a placeholder: the value `config.example.toml` gives
+/// that key, or any value beginning with [`PLACEHOLDER_PREFIX`] (whatever the case). Anyone who
+/// has read the example file knows them.
+pub fn is_placeholder(key: &str, value: &str) -> bool {
+    let prefix = value.get(..PLACEHOLDER_PREFIX.len());
+    if prefix.is_some_and(|p| p.eq_ignore_ascii_case(PLACEHOLDER_PREFIX)) {
+        return true;
+    }
+    let example: Option<toml::Table> = EXAMPLE_FILE.parse().ok();
+    example
+        .as_ref()
+        .and_then(|t| t.get(key))
+        .and_then(toml::Value::as_str)
+        == Some(value)
+}
+
+/// Refuses a secret left at its placeholder, naming the key and what to put instead.
+fn check_not_placeholder(key: &str, value: &str, instead: &str) -> Result<(), ConfigError> {
+    if is_placeholder(key, value) {
+        return Err(err(
+            key,
+            format!(
+                "valeur d'exemple (celle de config.example.toml, connue de tous) : la remplacer \
+                 par {instead}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The checks a type cannot express, and the defaults computed from other keys (`given` tells
 /// whether the file holds a key).
 fn validate(mut c: Config, given: impl Fn(&str) -> bool) -> Result<Config, ConfigError> {
+    check_not_placeholder(
+        "token_acces",
+        &c.token_acces,
+        "un secret tiré au hasard (openssl rand -hex 32)",
+    )?;
     if c.token_acces.len() < 32 {
         return Err(err(
             "token_acces",
@@ -337,6 +382,11 @@ fn validate(mut c: Config, given: impl Fn(&str) -> bool) -> Result<Config, Confi
     if c.oauth_client_secret.is_empty() {
         return Err(err("oauth_client_secret", "ne doit pas être vide"));
     }
+    check_not_placeholder(
+        "oauth_client_secret",
+        &c.oauth_client_secret,
+        "le secret du client oauth_client_id enregistré auprès du serveur d'autorisation",
+    )?;
     c.url_base = c.url_base.trim_end_matches('/').to_string();
     if given("oauth_introspection_url") {
         check_url("oauth_introspection_url", &c.oauth_introspection_url)?;
@@ -386,10 +436,61 @@ fn plain_number<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
     }
 }
 
+/// The host of an `http(s)://` URL, lower-cased, without user, port nor final dot.
+fn url_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit('@').next().unwrap_or("");
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The domains RFC 2606 reserves for examples (the example file and the docs use `example.org`).
+const EXAMPLE_DOMAINS: &[&str] = &["example.org", "example.com", "example.net"];
+
+/// Whether `host` is one of [`EXAMPLE_DOMAINS`] or a name under one of them.
+fn is_example_host(host: &str) -> bool {
+    EXAMPLE_DOMAINS
+        .iter()
+        .any(|d| host == *d || host.strip_suffix(d).is_some_and(|rest| rest.ends_with('.')))
+}
+
 impl Config {
     /// The effective configuration as TOML, secrets masked (`check-config`).
     pub fn describe(&self) -> String {
         toml::to_string(self).expect("the configuration always serialises")
+    }
+
+    /// What is valid but almost certainly not meant (French sentences, without the secrets):
+    /// `url_base` or `oauth_url` still on the example domain. `check-config` prints them on
+    /// stderr, the server writes them in its log once per start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (key, url, consequence) in [
+            (
+                "url_base",
+                &self.url_base,
+                "les liens de téléchargement rendus ne mèneront nulle part",
+            ),
+            (
+                "oauth_url",
+                &self.oauth_url,
+                "les clients MCP ne trouveront pas le serveur d'autorisation",
+            ),
+        ] {
+            let host = url_host(url);
+            if is_example_host(&host) {
+                out.push(format!(
+                    "{key} = « {url} » : {host} est un nom d'exemple (celui de \
+                     config.example.toml) ; {consequence}. Y mettre l'adresse réelle."
+                ));
+            }
+        }
+        out
     }
 }
 
@@ -561,6 +662,14 @@ oauth_client_secret = "s3cr3t-s3cr3t"
     }
 
     #[test]
+    fn a_secret_of_the_wrong_type_is_not_quoted() {
+        let text = MINIMAL.replace("\"s3cr3t-s3cr3t\"", "987654321987");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("oauth_client_secret"));
+        assert!(!e.to_string().contains("987654321987"), "{e}");
+    }
+
+    #[test]
     fn a_derived_url_is_checked_when_given_even_empty() {
         for key in ["oauth_introspection_url", "mcp_resource_url"] {
             let e = parse(&format!("{MINIMAL}\n{key} = \"\"")).unwrap_err();
@@ -613,10 +722,83 @@ oauth_client_secret = "s3cr3t-s3cr3t"
         assert_eq!(example_keys(), keys());
     }
 
+    /// The example file is valid once its two placeholder secrets are replaced, and refused,
+    /// naming the key, while either is left.
     #[test]
-    fn example_file_is_valid() {
-        let c = parse(include_str!("../config.example.toml")).unwrap();
+    fn example_file_is_valid_once_its_secrets_are_replaced() {
+        let example = include_str!("../config.example.toml");
+        let token = "remplacer-par-le-resultat-de-openssl-rand-hex-32";
+        let secret = "remplacer-par-le-secret-du-client";
+        assert!(example.contains(token) && example.contains(secret));
+        let real_token = "0123456789abcdef0123456789abcdef";
+        let e = parse(example).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("token_acces"), "{e}");
+        assert!(e.message.contains("valeur d'exemple"), "{e}");
+        assert!(!e.to_string().contains(token), "{e}");
+        let e = parse(&example.replace(token, real_token)).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("oauth_client_secret"), "{e}");
+        assert!(!e.to_string().contains(secret), "{e}");
+        let c = parse(&example.replace(token, real_token).replace(secret, "s3cr3t")).unwrap();
         assert!(c.dossier_fichiers.is_absolute());
+    }
+
+    #[test]
+    fn placeholders_are_refused_whatever_their_case() {
+        for (key, value) in [
+            (
+                "token_acces",
+                "REMPLACER-PAR-le-resultat-de-openssl-rand-hex-64",
+            ),
+            (
+                "token_acces",
+                "remplacer-par-un-token-de-32-caracteres-au-moins",
+            ),
+            ("oauth_client_secret", "Remplacer-par-mon-secret"),
+            ("oauth_client_secret", "remplacer-par-le-secret-du-client"),
+        ] {
+            let text = MINIMAL
+                .lines()
+                .map(|l| {
+                    if l.starts_with(&format!("{key} =")) {
+                        format!("{key} = \"{value}\"\n")
+                    } else {
+                        format!("{l}\n")
+                    }
+                })
+                .collect::<String>();
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{value}: {e}");
+        }
+        assert!(!is_placeholder(
+            "token_acces",
+            "0123456789abcdef0123456789abcdef"
+        ));
+        assert!(!is_placeholder("oauth_client_secret", "remplace"));
+    }
+
+    #[test]
+    fn an_example_domain_draws_a_warning() {
+        let c = parse(MINIMAL).unwrap();
+        let w = c.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].starts_with("url_base = « https://depot.example.org » : depot.example.org"));
+        assert!(w[1].starts_with("oauth_url = « https://oauth.example.org » : "));
+        let real = MINIMAL
+            .replace("https://depot.example.org/", "https://depot.exemple.fr/")
+            .replace(
+                "https://oauth.example.org",
+                "https://auth.notexample.org:8443/realms/x",
+            );
+        assert!(parse(&real).unwrap().warnings().is_empty());
+        for (url, example) in [
+            ("https://EXAMPLE.com./", true),
+            ("https://u:p@a.b.example.net:8443/x", true),
+            ("http://[::1]:8080", false),
+            ("https://example.org.fr", false),
+            ("https://myexample.org", false),
+        ] {
+            assert_eq!(is_example_host(&url_host(url)), example, "{url}");
+        }
     }
 }
 

@@ -83,7 +83,10 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
     for line in &lines {
         outln!("{line}");
     }
-    // A shared filesystem is allowed, with settings: warnings only, the status stays 0.
+    // Warnings only, the status stays 0: the example domain, a shared filesystem.
+    for warning in cfg.warnings() {
+        eprintln!("depot-fichiers : attention : {warning}");
+    }
     for warning in depot_fichiers::network_fs::warnings(&cfg.dossier_fichiers) {
         eprintln!("depot-fichiers : attention : {warning}");
     }
@@ -127,6 +130,7 @@ fn sweep(cfg: Config) -> ExitCode {
 }
 
 fn serve(listen: Option<&str>, config_path: &Path, cfg: Config) -> ExitCode {
+    let warnings = cfg.warnings();
     let app = match App::new(cfg) {
         Ok(a) => Rc::new(a),
         Err(e) => {
@@ -141,6 +145,9 @@ fn serve(listen: Option<&str>, config_path: &Path, cfg: Config) -> ExitCode {
              utilisateurs (mode {mode:04o}) ; chmod 600 conseillé",
             config_path.display()
         ));
+    }
+    for warning in &warnings {
+        app.log.line(&format!("attention : {warning}"));
     }
     let handler: fastcgi::Handler = Rc::new(move |req: Request| {
         let app = app.clone();

@@ -1,0 +1,172 @@
+//! The configuration as a deployer writes it: `config.example.toml` copied with only its folders
+//! set keeps two placeholder secrets, which the binary refuses both at start-up and in
+//! `check-config`, naming the key; the example domain draws a warning (stderr of `check-config`,
+//! the log at start-up) and nothing more.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const EXAMPLE_TOKEN: &str = "remplacer-par-le-resultat-de-openssl-rand-hex-32";
+const EXAMPLE_SECRET: &str = "remplacer-par-le-secret-du-client";
+const TOKEN: &str = "9f1c3e5a7b9d1f3a5c7e9b1d3f5a7c9e";
+
+/// `config.example.toml` with its folders moved under `root`, then `edit` applied.
+fn example_config(root: &Path, edit: impl Fn(String) -> String) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read_to_string(common::repo().join("config.example.toml")).unwrap();
+    let text = text
+        .replace(
+            "\"/var/lib/depot-fichiers/files\"",
+            &format!("{:?}", root.join("files").display().to_string()),
+        )
+        .replace(
+            "\"/var/log/depot-fichiers\"",
+            &format!("{:?}", root.join("log").display().to_string()),
+        );
+    assert!(
+        text.contains(&root.display().to_string()),
+        "folders not found"
+    );
+    let path = root.join("config.toml");
+    std::fs::write(&path, edit(text)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+fn check_config(config: &Path) -> Output {
+    Command::new(common::binary())
+        .arg("--config")
+        .arg(config)
+        .arg("check-config")
+        .env_remove("GATEWAY_INTERFACE")
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Starts the server with `--listen` and returns what it printed if it stopped by itself within
+/// 10 s (`None`: it was still serving and has been stopped).
+fn start(config: &Path, root: &Path) -> Option<(Option<i32>, String)> {
+    let sock = root.join("app.sock");
+    let mut child = Command::new(common::binary())
+        .arg("--config")
+        .arg(config)
+        .arg("--listen")
+        .arg(format!("unix:{}", sock.display()))
+        .env_remove("GATEWAY_INTERFACE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return Some((st.code(), err));
+        }
+        if sock.exists() || Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(sock.exists(), "neither stopped nor listening");
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_example_secrets_are_refused_at_start_up_and_by_check_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+
+    // Copied as is, folders set: the token is the first thing refused.
+    let config = example_config(root, |t| t);
+    let o = check_config(&config);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("clé `token_acces`"), "{err}");
+    assert!(err.contains("valeur d'exemple"), "{err}");
+    assert!(
+        !err.contains(EXAMPLE_TOKEN),
+        "the placeholder is not repeated: {err}"
+    );
+    let (code, err) = start(&config, root).expect("the server must refuse to start");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("clé `token_acces`"), "{err}");
+
+    // Token replaced: the client secret is next.
+    let config = example_config(root, |t| t.replace(EXAMPLE_TOKEN, TOKEN));
+    let o = check_config(&config);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("clé `oauth_client_secret`"),
+        "{}",
+        stderr(&o)
+    );
+    let (code, err) = start(&config, root).expect("the server must refuse to start");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("clé `oauth_client_secret`"), "{err}");
+
+    // Another placeholder of the same family is refused too.
+    let config = example_config(root, |t| {
+        t.replace(EXAMPLE_TOKEN, "remplacer-par-mon-token-de-production-01")
+    });
+    let o = check_config(&config);
+    assert!(stderr(&o).contains("clé `token_acces`"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_example_domain_is_a_warning_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let config = example_config(root, |t| {
+        t.replace(EXAMPLE_TOKEN, TOKEN)
+            .replace(EXAMPLE_SECRET, "un-vrai-secret-de-client")
+    });
+    let o = check_config(&config);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("depot-fichiers : attention : "))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{err}");
+    assert!(
+        warnings[0].contains("url_base = « https://depot.example.org »"),
+        "{err}"
+    );
+    assert!(
+        warnings[1].contains("oauth_url = « https://oauth.example.org »"),
+        "{err}"
+    );
+
+    // The server starts, and says it once in its log.
+    assert!(start(&config, root).is_none(), "the server must start");
+    let log = std::fs::read_to_string(root.join("log/depot-fichiers.log")).unwrap();
+    assert_eq!(log.matches("attention : url_base = ").count(), 1, "{log}");
+    assert_eq!(log.matches("attention : oauth_url = ").count(), 1, "{log}");
+
+    // Real names: no warning.
+    let config = example_config(root, |t| {
+        t.replace(EXAMPLE_TOKEN, TOKEN)
+            .replace(EXAMPLE_SECRET, "un-vrai-secret-de-client")
+            .replace("depot.example.org", "depot.exemple.fr")
+            .replace("oauth.example.org", "auth.exemple.fr")
+    });
+    let o = check_config(&config);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("attention"), "{}", stderr(&o));
+}

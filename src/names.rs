@@ -15,6 +15,21 @@ pub const MAX_NAME_BYTES: usize = 250;
 /// Names the store uses for itself inside `dossier_fichiers`.
 pub const RESERVED: &[&str] = &[".meta", ".tmp"];
 
+/// Names beginning with this (in any case) are Apache's per-directory files (`.htaccess`,
+/// `.htpasswd`, `.htdigest`, `.htgroup`), which Debian's `apache2.conf` never serves
+/// (`<FilesMatch "^\.ht">`): refused, so that an upload can never be one, and never touched by
+/// the sweep, so that a deployer's `.htaccess` in `dossier_fichiers` (`Require all denied`, on a
+/// host where the store has to live under the web root) stays.
+pub const RESERVED_PREFIX: &str = ".ht";
+
+/// Whether `name` (a basename) is reserved: [`RESERVED`], or [`RESERVED_PREFIX`] in any case.
+fn is_reserved(name: &str) -> bool {
+    RESERVED.contains(&name)
+        || name
+            .get(..RESERVED_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED_PREFIX))
+}
+
 /// A name that passed the choke point: safe as a single path component inside the store.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Name(String);
@@ -35,7 +50,7 @@ pub enum NameError {
     InvisibleControl,
     /// Longer than `MAX_NAME_BYTES`.
     TooLong,
-    /// A name reserved by the store.
+    /// A name reserved by the store, or one of Apache's per-directory files.
     Reserved,
 }
 
@@ -51,7 +66,10 @@ impl fmt::Display for NameError {
                  séparateur de ligne Unicode"
             }
             NameError::TooLong => "nom de fichier trop long (250 octets au plus)",
-            NameError::Reserved => "nom réservé au fonctionnement du dépôt",
+            NameError::Reserved => {
+                "nom réservé (« .meta », « .tmp » et les noms qui commencent par « .ht » : \
+                 .htaccess, .htpasswd…)"
+            }
         })
     }
 }
@@ -99,7 +117,7 @@ impl Name {
         if s.len() > MAX_NAME_BYTES {
             return Err(NameError::TooLong);
         }
-        if RESERVED.contains(&s) {
+        if is_reserved(s) {
             return Err(NameError::Reserved);
         }
         Ok(Name(s.to_string()))
@@ -261,6 +279,15 @@ mod tests {
             (b".meta", Err(NameError::Reserved)),
             (b".tmp", Err(NameError::Reserved)),
             (b"x/.meta", Err(NameError::Reserved)),
+            (b".htaccess", Err(NameError::Reserved)),
+            (b"../.htaccess", Err(NameError::Reserved)),
+            (b".HTAccess", Err(NameError::Reserved)),
+            (b".htpasswd", Err(NameError::Reserved)),
+            (b".ht", Err(NameError::Reserved)),
+            (b"htaccess", Ok("htaccess")),
+            (b"x.htaccess", Ok("x.htaccess")),
+            (b".h", Ok(".h")),
+            (".ĥt".as_bytes(), Ok(".ĥt")),
             (b".bashrc", Ok(".bashrc")),
             (b".meta.json", Ok(".meta.json")),
             (b"...", Ok("...")),

@@ -289,6 +289,32 @@ fn with_interval_zero_every_request_removes_old_orphans() {
     assert!(files.join("garde.txt").exists());
 }
 
+/// Apache's per-directory files are reserved names: a deployer's `.htaccess` in
+/// `dossier_fichiers` (the store under a web root, on a shared host) is never swept as an
+/// orphan, however old, and no upload can be named `.htaccess` or `.htpasswd`.
+#[test]
+fn an_htaccess_in_the_store_is_kept_and_never_uploaded() {
+    let s = Server::start("duree_max_depot_secondes = 100\nbalayage_intervalle_min_ms = 0");
+    let files = s.files();
+    let deny = b"Require all denied\n";
+    std::fs::write(files.join(".htaccess"), deny).unwrap();
+    age(&files.join(".htaccess"), 10_000);
+    std::fs::write(files.join("sans-fiche.txt"), b"y").unwrap();
+    age(&files.join("sans-fiche.txt"), 10_000);
+    assert_eq!(s.get("GET", "fichier=autre&token=x", &[]).status, 401);
+    assert!(!files.join("sans-fiche.txt").exists(), "the sweep ran");
+    assert_eq!(std::fs::read(files.join(".htaccess")).unwrap(), deny);
+    for name in [".htaccess", ".HTPASSWD", "x/.htaccess"] {
+        let r = s.upload(name, b"SetHandler cgi-script\n");
+        assert_eq!(r.status, 400, "{name}: {}", r.text());
+        assert_eq!(error_code(&r), "nom_invalide", "{name}");
+    }
+    assert_eq!(std::fs::read(files.join(".htaccess")).unwrap(), deny);
+    let r = s.download(".htaccess");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(error_code(&r), "nom_invalide");
+}
+
 /// Contract §9: the capacity (507) is checked after the size limit (413). An upload over
 /// `taille_max_fichier_octets` into a store that cannot take it either is a 413 whose message
 /// gives the limit; a file under the limit that the store cannot take is a 507.

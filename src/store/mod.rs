@@ -299,6 +299,38 @@ fn open_at(dir: &OwnedFd, name: impl rustix::path::Arg, flags: OFlags) -> io::Re
     Ok(File::from(fd))
 }
 
+/// What the sweep and the capacity check read of an entry of the store, without opening it.
+struct EntryStat {
+    mtime: i64,
+    /// `None` where the filesystem keeps no birth time, or without `statx`.
+    birth: Option<i64>,
+    size: u64,
+}
+
+/// [`EntryStat`] of `name` in `dir`, not following a symlink: `statx` asking for `mask` only;
+/// `fstatat` where `statx` is missing (Linux < 4.11, as on the glibc 2.17 systems a build for
+/// older hosts targets) or refused (EPERM from old seccomp profiles), as std does; no birth time
+/// then.
+fn stat_entry(dir: &OwnedFd, name: &[u8], mask: rustix::fs::StatxFlags) -> io::Result<EntryStat> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    match rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, mask) {
+        Ok(st) => Ok(EntryStat {
+            mtime: st.stx_mtime.tv_sec,
+            birth: (st.stx_mask & StatxFlags::BTIME.bits() != 0).then_some(st.stx_btime.tv_sec),
+            size: st.stx_size,
+        }),
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+            let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            Ok(EntryStat {
+                mtime: st.st_mtime,
+                birth: None,
+                size: u64::try_from(st.st_size).unwrap_or(0),
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The names in a directory, without `.`/`..`.
 fn list_names(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
     list_names_except(dir, &[])

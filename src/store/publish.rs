@@ -12,7 +12,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{AtFlags, OFlags, StatxFlags};
 use sha2::{Digest, Sha256};
 
-use super::{PART_SUFFIX, Sidecar, Store, StoreError, list_stored_names, open_at, pause_point};
+use super::{
+    PART_SUFFIX, Sidecar, Store, StoreError, list_stored_names, open_at, pause_point, stat_entry,
+};
 use crate::names::Name;
 
 /// What a successful publication produced.
@@ -106,13 +108,8 @@ impl Store {
             if raw == except.as_str().as_bytes() {
                 continue;
             }
-            if let Ok(st) = rustix::fs::statx(
-                root_fd,
-                raw.as_slice(),
-                AtFlags::SYMLINK_NOFOLLOW,
-                StatxFlags::SIZE,
-            ) {
-                total += st.stx_size;
+            if let Ok(st) = stat_entry(root_fd, &raw, StatxFlags::SIZE) {
+                total += st.size;
             }
         }
         Ok(total)

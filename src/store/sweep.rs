@@ -12,7 +12,7 @@ use super::expiry::{Verdict, now_secs};
 use super::lock::ExclusiveGuard;
 use super::{
     ALIAS_LIFE_SECS, ALIAS_PREFIX, DEADLINE_MARKER, FORCED_SCAN_SECS, PART_SUFFIX, SWEEP_MARKER,
-    Store, list_names, list_stored_names, open_at,
+    Store, list_names, list_stored_names, open_at, stat_entry,
 };
 use crate::names::Name;
 
@@ -173,26 +173,19 @@ impl Store {
             let Ok(name) = Name::parse(raw) else {
                 continue; // never created by us
             };
-            let Ok(st) = rustix::fs::statx(
-                root_fd,
-                raw.as_slice(),
-                AtFlags::SYMLINK_NOFOLLOW,
-                StatxFlags::MTIME | StatxFlags::BTIME,
-            ) else {
+            let Ok(st) = stat_entry(root_fd, raw, StatxFlags::MTIME | StatxFlags::BTIME) else {
                 continue;
             };
-            let mtime = st.stx_mtime.tv_sec;
-            let has_birth = st.stx_mask & StatxFlags::BTIME.bits() != 0;
+            let mtime = st.mtime;
             let earliest = if !sidecars.contains(raw) {
                 Some(self.lifetimes.orphan_deadline(mtime))
-            } else if has_birth {
+            } else {
                 // Birth time (start of the upload) ≤ depot_timestamp: a lower bound of the
                 // sidecar's age deadline, exact enough to rule most files out without reading it.
                 // Also of a mismatched pair's (its newer mtime + duree_max_depot_secondes, and
-                // birth ≤ mtime), so the deadline marker still wakes up to remove one.
-                Some(self.lifetimes.deadline(st.stx_btime.tv_sec, mtime))
-            } else {
-                None // no birth time on this filesystem: the exact check reads the sidecar
+                // birth ≤ mtime), so the deadline marker still wakes up to remove one. No birth
+                // time (this filesystem, or no statx): the exact check reads the sidecar.
+                st.birth.map(|birth| self.lifetimes.deadline(birth, mtime))
             };
             match earliest {
                 Some(d) if now <= d => next_deadline = next_deadline.min(d),

@@ -37,6 +37,12 @@ Configuration (TOML, lisible par www-data seul), écrite à la première install
 avec un \fBtoken_acces\fR tiré au hasard. Modèle commenté :
 .IR /usr/share/depot-fichiers/config.example.toml .
 .TP
+.I ~/.config/depot-fichiers/config.toml
+Configuration cherchée quand ni \fB\-\-config\fR, ni \fBDEPOT_FICHIERS_CONFIG\fR, ni
+.I /etc/depot-fichiers/config.toml
+n'existent (hébergement mutualisé, suEXEC) : ~ est le dossier personnel du compte qui exécute le
+programme, lu dans la base des utilisateurs, jamais dans \fBHOME\fR.
+.TP
 .I /var/lib/depot-fichiers/files
 Fichiers déposés et leurs métadonnées (\fB.meta/\fR), hors de la racine web.
 .TP

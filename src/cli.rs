@@ -15,8 +15,9 @@ use clap::{Parser, Subcommand};
     about = "Dépôt de fichiers temporaire : programme FastCGI (mod_fcgid, PHP-FPM, CGI)"
 )]
 pub struct Cli {
-    /// Fichier de configuration (sinon $DEPOT_FICHIERS_CONFIG, sinon /etc/depot-fichiers/config.toml)
-    #[arg(long, global = true, value_name = "CHEMIN")]
+    /// Fichier de configuration (sinon $DEPOT_FICHIERS_CONFIG, sinon
+    /// /etc/depot-fichiers/config.toml, sinon ~/.config/depot-fichiers/config.toml)
+    #[arg(long, global = true, value_name = "CHEMIN", long_help = config_long_help())]
     pub config: Option<PathBuf>,
 
     /// Écouter soi-même au lieu d'hériter de la socket du serveur web : tcp:HÔTE:PORT ou unix:CHEMIN
@@ -26,6 +27,14 @@ pub struct Cli {
     /// Sous-commande d'administration ; sans elle, le programme sert les requêtes
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// The long help of `--config` (`--help`, man page): the whole search order.
+fn config_long_help() -> String {
+    format!(
+        "Fichier de configuration. Ordre de recherche : {}",
+        crate::config::SEARCH_ORDER
+    )
 }
 
 /// The administration subcommands.

@@ -10,6 +10,18 @@ use serde::{Deserialize, Serialize, Serializer};
 pub const CONFIG_ENV: &str = "DEPOT_FICHIERS_CONFIG";
 /// Path used when neither `--config` nor the environment names one.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/depot-fichiers/config.toml";
+/// Where, under the home folder of the account the program runs as, the configuration is looked
+/// for when neither `--config`, the environment nor [`DEFAULT_CONFIG_PATH`] gives one.
+pub const HOME_CONFIG_PATH: &str = ".config/depot-fichiers/config.toml";
+
+/// The order in which the configuration file is looked for, in French (`--help`, man page,
+/// errors). Kept next to [`resolve_path`], which implements it.
+pub const SEARCH_ORDER: &str = "1. --config CHEMIN (jamais en CGI : les arguments y viennent \
+    de la requête) ; 2. la variable DEPOT_FICHIERS_CONFIG ; 3. /etc/depot-fichiers/config.toml, \
+    s'il existe ; 4. ~/.config/depot-fichiers/config.toml, s'il existe, où ~ est le dossier \
+    personnel du compte qui exécute le programme tel que le donne la base des utilisateurs \
+    (getpwuid), jamais $HOME (que suEXEC efface) ni rien de ce qu'une requête envoie. Sans \
+    aucun des quatre, l'erreur nomme les deux derniers.";
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -192,22 +204,55 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-/// Which file to read: `--config`, else `$DEPOT_FICHIERS_CONFIG`, else the default path.
+/// Which file to read ([`SEARCH_ORDER`]): `--config`, else `$DEPOT_FICHIERS_CONFIG`, else
+/// [`DEFAULT_CONFIG_PATH`] if it exists, else [`home_config_path`] if it exists, else
+/// [`DEFAULT_CONFIG_PATH`] (whose reading then fails, naming both). A path that cannot be told
+/// absent (a folder on the way that cannot be searched) counts as present: its error is the one
+/// reported, instead of another file silently taking its place.
 pub fn resolve_path(cli: Option<&Path>) -> PathBuf {
     if let Some(p) = cli {
         return p.to_path_buf();
     }
     match std::env::var_os(CONFIG_ENV) {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from(DEFAULT_CONFIG_PATH),
+        Some(p) if !p.is_empty() => return PathBuf::from(p),
+        _ => {}
+    }
+    let system = PathBuf::from(DEFAULT_CONFIG_PATH);
+    let absent = |p: &Path| matches!(p.try_exists(), Ok(false));
+    if !absent(&system) {
+        return system;
+    }
+    match home_config_path() {
+        Some(home) if !absent(&home) => home,
+        _ => system,
     }
 }
 
-/// Reads and checks the file.
+/// [`HOME_CONFIG_PATH`] under the home folder that the user database gives for the effective
+/// user (never `$HOME`, which suEXEC removes and which a shell may set to anything); `None`
+/// when the account has no entry or an empty or relative home.
+pub fn home_config_path() -> Option<PathBuf> {
+    let user = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok()??;
+    user.dir
+        .is_absolute()
+        .then(|| user.dir.join(HOME_CONFIG_PATH))
+}
+
+/// Reads and checks the file. When the default file is missing (nothing else was found), the
+/// error also names the file looked for in the home folder.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        key: None,
-        message: format!("lecture de {} impossible : {e}", path.display()),
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let mut message = format!("lecture de {} impossible : {e}", path.display());
+        if e.kind() == std::io::ErrorKind::NotFound && path == Path::new(DEFAULT_CONFIG_PATH) {
+            let home = home_config_path().map_or("(compte sans dossier personnel)".into(), |h| {
+                h.display().to_string()
+            });
+            message.push_str(&format!(
+                " ; pas de fichier non plus dans {home} (ordre de recherche : \
+                 depot-fichiers --help)"
+            ));
+        }
+        ConfigError { key: None, message }
     })?;
     parse(&text)
 }

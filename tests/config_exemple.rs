@@ -170,3 +170,41 @@ fn the_example_domain_is_a_warning_only() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!stderr(&o).contains("attention"), "{}", stderr(&o));
 }
+
+/// Without `--config` nor `DEPOT_FICHIERS_CONFIG`, and without `/etc/depot-fichiers/config.toml`,
+/// the file is looked for in the home folder the user database gives, never in `$HOME`: a valid
+/// file there is not used, and the error names both places looked at.
+#[test]
+fn the_home_folder_comes_from_the_user_database_not_from_home() {
+    let system = Path::new(depot_fichiers::config::DEFAULT_CONFIG_PATH);
+    assert!(
+        !system.exists(),
+        "{} existe (paquet installé sur cette machine ?) : ce test suppose son absence",
+        system.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let fake_home = dir.path();
+    std::fs::create_dir_all(fake_home.join(".config/depot-fichiers")).unwrap();
+    example_config(fake_home, |t| {
+        t.replace(EXAMPLE_TOKEN, TOKEN)
+            .replace(EXAMPLE_SECRET, "un-vrai-secret-de-client")
+    });
+    std::fs::rename(
+        fake_home.join("config.toml"),
+        fake_home.join(".config/depot-fichiers/config.toml"),
+    )
+    .unwrap();
+    let o = Command::new(common::binary())
+        .arg("check-config")
+        .env_remove("GATEWAY_INTERFACE")
+        .env_remove("DEPOT_FICHIERS_CONFIG")
+        .env("HOME", fake_home)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let home = depot_fichiers::config::home_config_path().expect("root has a home");
+    assert!(!home.starts_with(fake_home), "{}", home.display());
+    assert!(err.contains(&format!("lecture de {} impossible", system.display())), "{err}");
+    assert!(err.contains(&format!("pas de fichier non plus dans {}", home.display())), "{err}");
+}

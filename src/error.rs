@@ -23,6 +23,9 @@ pub enum ApiError {
     /// The store lock stayed held past its deadline: retry after this many seconds.
     StockageOccupe(u64),
     ErreurInterne(String),
+    /// The configuration (or the folders it names) cannot be used: the reason, for the site's
+    /// error log only (it names paths and keys, which the public is not told).
+    ServeurMalConfigure(String),
 }
 
 impl ApiError {
@@ -38,7 +41,7 @@ impl ApiError {
             ApiError::PlageInvalide(_) => 416,
             ApiError::StockagePlein(_) => 507,
             ApiError::StockageOccupe(_) => 503,
-            ApiError::ErreurInterne(_) => 500,
+            ApiError::ErreurInterne(_) | ApiError::ServeurMalConfigure(_) => 500,
         }
     }
 
@@ -54,7 +57,7 @@ impl ApiError {
             ApiError::PlageInvalide(_) => "plage_invalide",
             ApiError::StockagePlein(_) => "stockage_plein",
             ApiError::StockageOccupe(_) => "stockage_occupe",
-            ApiError::ErreurInterne(_) => "erreur_interne",
+            ApiError::ErreurInterne(_) | ApiError::ServeurMalConfigure(_) => "erreur_interne",
         }
     }
 
@@ -84,6 +87,11 @@ impl ApiError {
                 "Stockage momentanément occupé : réessayer dans {secs} s (en-tête Retry-After)."
             ),
             ApiError::ErreurInterne(_) => "Erreur interne du serveur.".into(),
+            ApiError::ServeurMalConfigure(_) => {
+                "Serveur mal configuré : la raison est écrite dans le journal d'erreurs du site \
+                 (ErrorLog d'Apache) ; « depot-fichiers check-config » la donne aussi."
+                    .into()
+            }
         }
     }
 
@@ -102,6 +110,7 @@ impl ApiError {
             ApiError::StockagePlein(d) => format!("stockage plein ({d})"),
             ApiError::StockageOccupe(_) => format!("stockage occupé ({})", StoreError::Busy),
             ApiError::ErreurInterne(d) => format!("erreur interne ({d})"),
+            ApiError::ServeurMalConfigure(d) => format!("serveur mal configuré ({d})"),
         }
     }
 
@@ -116,6 +125,7 @@ impl ApiError {
             ApiError::PlageInvalide(size) => r.header("Content-Range", format!("bytes */{size}")),
             ApiError::TokenInvalide => r.header("WWW-Authenticate", "Bearer"),
             ApiError::StockageOccupe(secs) => r.header("Retry-After", secs.to_string()),
+            ApiError::ServeurMalConfigure(why) => r.with_diagnostic(why.clone()),
             _ => r,
         }
     }

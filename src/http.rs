@@ -408,6 +408,10 @@ pub struct Response {
     pub headers: Vec<(&'static str, Cow<'static, str>)>,
     /// The body.
     pub body: ResponseBody,
+    /// A line for the person who deploys, never for the client: written to the web server's
+    /// error log of the site (an `FCGI_STDERR` record under FastCGI, which mod_fcgid writes to
+    /// the virtual host's `ErrorLog`; stderr under CGI, which goes there too).
+    pub diagnostic: Option<String>,
 }
 
 impl Response {
@@ -418,7 +422,14 @@ impl Response {
             // A download sends 8 headers: room for them without growing step by step.
             headers: Vec::with_capacity(10),
             body: ResponseBody::Empty,
+            diagnostic: None,
         }
+    }
+
+    /// Sets the line for the site's error log ([`Response::diagnostic`]).
+    pub fn with_diagnostic(mut self, line: impl Into<String>) -> Self {
+        self.diagnostic = Some(line.into());
+        self
     }
 
     /// Adds a header.

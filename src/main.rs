@@ -22,29 +22,38 @@ macro_rules! outln {
     }};
 }
 
-fn load(path: &Path) -> Result<Config, ExitCode> {
-    config::load(path).map_err(|e| {
-        eprintln!("depot-fichiers : {} ({e})", path.display());
-        ExitCode::from(1)
-    })
+/// The configuration, or why it cannot be used ([`unusable`]).
+fn load(path: &Path) -> Result<Config, String> {
+    config::load(path).map_err(|e| unusable(format!("{} ({e})", path.display())))
+}
+
+/// `why` on stderr, except under CGI, where the answer's diagnostic puts it there already.
+fn unusable(why: String) -> String {
+    if !fastcgi::is_cgi_request() {
+        eprintln!("depot-fichiers : {why}");
+    }
+    why
 }
 
 fn main() -> ExitCode {
     // Decided first, from the environment and fd 0 only. Under CGI, argv is the client's query
     // string split on `+` (`/download.php?--config+/dev/stdin`): it is never parsed, and the
-    // configuration comes from the environment alone.
+    // configuration comes from the environment and the files of `config::resolve_path` alone.
     if fastcgi::is_cgi_request() {
         let path = config::resolve_path(None);
         return match load(&path) {
             Ok(cfg) => serve(None, &path, cfg),
-            Err(code) => code,
+            Err(why) => serve_broken(why),
         };
     }
     let cli = Cli::parse();
     let path = config::resolve_path(cli.config.as_deref());
     let cfg = match load(&path) {
         Ok(c) => c,
-        Err(code) => return code,
+        // Started by the web server (a socket on fd 0): answer, so that the reason reaches the
+        // site's error log. From a shell, or with --listen (a supervisor shows stderr): stop.
+        Err(why) if cli.command.is_none() && cli.listen.is_none() => return serve_broken(why),
+        Err(_) => return ExitCode::from(1),
     };
     match cli.command {
         Some(Command::CheckConfig) => check_config(&path, &cfg),
@@ -134,8 +143,11 @@ fn serve(listen: Option<&str>, config_path: &Path, cfg: Config) -> ExitCode {
     let app = match App::new(cfg) {
         Ok(a) => Rc::new(a),
         Err(e) => {
-            eprintln!("depot-fichiers : dépôt inutilisable : {e}");
-            return ExitCode::from(1);
+            let why = unusable(format!("dépôt inutilisable : {e}"));
+            return match listen {
+                None => serve_broken(why),
+                Some(_) => ExitCode::from(1),
+            };
         }
     };
     // Once per process start (under CGI: once per request).
@@ -160,4 +172,27 @@ fn serve(listen: Option<&str>, config_path: &Path, cfg: Config) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Serves with a configuration that cannot be used (`why`): each request gets
+/// a 500 JSON that sends the deployer to the site's error log, where `why` is written (an
+/// `FCGI_STDERR` record under FastCGI, stderr under CGI), since a hosted user cannot read the
+/// server's main log, where mod_fcgid puts the program's own stderr. Under FastCGI the process
+/// then stops, as mod_fcgid would stop it (SIGTERM, the request in flight finishes), so the next
+/// request starts a process that reads the file again: a fixed configuration is used at once.
+/// Returns 1, also when there is no web server to answer (a shell).
+fn serve_broken(why: String) -> ExitCode {
+    let cgi = fastcgi::is_cgi_request();
+    let handler: fastcgi::Handler = Rc::new(move |_req: Request| {
+        let why = why.clone();
+        Box::pin(async move {
+            if !cgi {
+                use rustix::process::{Signal, getpid, kill_process};
+                let _ = kill_process(getpid(), Signal::TERM);
+            }
+            router::misconfigured(why)
+        })
+    });
+    let _ = fastcgi::run(None, handler);
+    ExitCode::from(1)
 }

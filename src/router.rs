@@ -124,6 +124,13 @@ pub async fn handle(app: &App, req: Request) -> Response {
     }
 }
 
+/// The answer to any request while the configuration cannot be used: 500 `erreur_interne`,
+/// the public told only where to look, `why` (paths, keys; never a secret) for the site's error
+/// log ([`Response::diagnostic`]).
+pub fn misconfigured(why: String) -> Response {
+    ApiError::ServeurMalConfigure(why).to_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -205,6 +205,118 @@ fn the_home_folder_comes_from_the_user_database_not_from_home() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     let home = depot_fichiers::config::home_config_path().expect("root has a home");
     assert!(!home.starts_with(fake_home), "{}", home.display());
-    assert!(err.contains(&format!("lecture de {} impossible", system.display())), "{err}");
-    assert!(err.contains(&format!("pas de fichier non plus dans {}", home.display())), "{err}");
+    assert!(
+        err.contains(&format!("lecture de {} impossible", system.display())),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("pas de fichier non plus dans {}", home.display())),
+        "{err}"
+    );
+}
+
+/// The program started by mod_fcgid (a listening socket on fd 0) with a configuration it
+/// refuses answers the request in flight, GET or POST with a body: 500 `erreur_interne` whose
+/// message sends the deployer to the site's error log, the reason on FCGI_STDERR (mod_fcgid
+/// writes it to the virtual host's ErrorLog), then the process stops by itself, so that the next
+/// request starts one that reads the file again.
+#[test]
+fn a_refused_configuration_is_explained_in_the_sites_error_log() {
+    use common::fcgi::FcgiClient;
+    use std::os::fd::OwnedFd;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let config = example_config(root, |t| t);
+    let (ct, body) = common::multipart_file("a.txt", &common::bytes(300_000, 3));
+    let bearer = format!("Bearer {EXAMPLE_TOKEN}");
+    let upload: Vec<(&str, &str)> = vec![
+        ("REQUEST_METHOD", "POST"),
+        ("SCRIPT_NAME", "/upload.php"),
+        ("REQUEST_URI", "/upload.php"),
+        ("CONTENT_TYPE", &ct),
+        ("HTTP_AUTHORIZATION", &bearer),
+    ];
+    let download: Vec<(&str, &str)> = vec![
+        ("REQUEST_METHOD", "GET"),
+        ("SCRIPT_NAME", "/download.php"),
+        ("REQUEST_URI", "/download.php?fichier=a.txt"),
+        ("QUERY_STRING", "fichier=a.txt"),
+    ];
+    for (params, body) in [(&upload, &body[..]), (&download, &b""[..])] {
+        let sock = root.join("fcgid.sock");
+        let _ = std::fs::remove_file(&sock);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let mut child = Command::new(common::binary())
+            .arg("--config")
+            .arg(&config)
+            .env_remove("GATEWAY_INTERFACE")
+            .stdin(Stdio::from(OwnedFd::from(listener)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut c = FcgiClient::unix(&sock).unwrap();
+        let len = body.len().to_string();
+        let mut p = params.clone();
+        p.push(("CONTENT_LENGTH", &len));
+        let r = c.request(&p, body).unwrap();
+        assert_eq!(r.status, 500, "{}", r.text());
+        let json = r.json();
+        assert_eq!(json["erreur"], "erreur_interne");
+        let message = json["message"].as_str().unwrap();
+        assert!(message.contains("journal d'erreurs du site"), "{message}");
+        assert!(
+            !message.contains("token_acces"),
+            "the public is not told: {message}"
+        );
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.starts_with("depot-fichiers : "), "{err}");
+        assert!(err.contains(&config.display().to_string()), "{err}");
+        assert!(err.contains("clé `token_acces`"), "{err}");
+        assert!(!err.contains(EXAMPLE_TOKEN), "{err}");
+        // It stops by itself.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < deadline, "the process did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(1));
+        let mut raw = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut raw)
+            .unwrap();
+        assert!(raw.contains("clé `token_acces`"), "{raw}");
+    }
+}
+
+/// The same under CGI: the answer on stdout, the reason once on stderr (the site's error log).
+#[test]
+fn a_refused_configuration_under_cgi_is_a_500_and_a_line_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let config = example_config(root, |t| t.replace(EXAMPLE_TOKEN, TOKEN));
+    let o = Command::new(common::binary())
+        .env_clear()
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("REQUEST_METHOD", "GET")
+        .env("SCRIPT_NAME", "/download.php")
+        .env("QUERY_STRING", "fichier=x")
+        .env("DEPOT_FICHIERS_CONFIG", &config)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("Status: 500 "), "{out}");
+    assert!(out.contains("\"erreur\":\"erreur_interne\""), "{out}");
+    assert!(!out.contains("oauth_client_secret"), "{out}");
+    let err = stderr(&o);
+    assert_eq!(err.matches("clé `oauth_client_secret`").count(), 1, "{err}");
+    assert!(!err.contains(EXAMPLE_SECRET), "{err}");
 }

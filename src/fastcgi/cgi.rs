@@ -93,7 +93,11 @@ pub async fn serve(handler: Handler) {
             Body::empty()
         }
     };
-    let resp = handler(Request::new(params, body)).await;
+    let mut resp = handler(Request::new(params, body)).await;
+    // CGI: stderr is the site's error log (mod_cgid writes it to the virtual host's ErrorLog).
+    if let Some(line) = resp.diagnostic.take() {
+        eprintln!("depot-fichiers : {line}");
+    }
     if limit.is_some() {
         // Drain what the handler left unread before answering.
         let _ = done_rx.await;

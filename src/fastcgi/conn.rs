@@ -300,9 +300,16 @@ type HandlerFuture = Pin<Box<dyn Future<Output = Response>>>;
 /// Writes an answer into its sink; its output is the END_REQUEST `appStatus`.
 type WriteFuture = Pin<Box<dyn Future<Output = u32>>>;
 
-/// Writes `resp` into STDOUT records: `appStatus` 0, or [`APP_STATUS_FAILED`] when it was cut
-/// short.
-async fn write_task(resp: Response, mut sink: StdoutSink) -> u32 {
+/// Writes `resp` into STDOUT records (after its line for the site's error log, if any, as an
+/// FCGI_STDERR stream): `appStatus` 0, or [`APP_STATUS_FAILED`] when it was cut short.
+async fn write_task(mut resp: Response, mut sink: StdoutSink) -> u32 {
+    if let Some(line) = resp.diagnostic.take() {
+        let mut records = Vec::new();
+        frame_stderr(sink.request_id, &line, &mut records);
+        if sink.tx.send(Bytes::from(records)).await.is_err() {
+            return APP_STATUS_FAILED;
+        }
+    }
     let written = async {
         write_response(resp, &mut sink).await?;
         sink.flush().await
@@ -385,6 +392,20 @@ fn writing(resp: Response, id: u16) -> Work {
     }
 }
 
+/// Appends `line` (a line for the site's error log: mod_fcgid writes a request's FCGI_STDERR to
+/// the virtual host's ErrorLog, not to the server's) as a whole FCGI_STDERR stream.
+fn frame_stderr(id: u16, line: &str, out: &mut Vec<u8>) {
+    let line = format!("depot-fichiers : {line}\n");
+    record::encode_stream(
+        record::STDERR,
+        id,
+        line.as_bytes(),
+        record::MAX_CONTENT_LEN,
+        out,
+    );
+    record::encode_record(record::STDERR, id, &[], out);
+}
+
 /// What [`answer_in_place`] made of a request.
 enum InPlace {
     /// The whole answer, END_REQUEST included, is in the output buffer.
@@ -403,7 +424,7 @@ async fn answer_in_place(
     out: &mut Vec<u8>,
 ) -> InPlace {
     let id = machine.request_id().unwrap_or(1);
-    let resp = handler(Request {
+    let mut resp = handler(Request {
         params,
         body: Body::empty(),
         role,
@@ -412,6 +433,9 @@ async fn answer_in_place(
     let Some(body_len) = http::small_body_len(&resp, DIRECT_MAX_BODY) else {
         return InPlace::Streams(writing(resp, id));
     };
+    if let Some(line) = resp.diagnostic.take() {
+        frame_stderr(id, &line, out);
+    }
     out.reserve(body_len as usize + 1024);
     let at = begin_stdout(out);
     // Rendering fails only on reading the file: the answer is cut short.

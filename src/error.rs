@@ -8,6 +8,9 @@ use crate::log::quoted;
 use crate::names::NameError;
 use crate::store::StoreError;
 
+/// mod_fcgid's default `FcgidMaxRequestLen`, which a shared host's users cannot change.
+pub const MOD_FCGID_MAX_REQUEST_LEN: u64 = 131_072;
+
 /// Everything that can go wrong on `/upload.php` and `/download.php`.
 #[derive(Debug)]
 pub enum ApiError {
@@ -16,6 +19,10 @@ pub enum ApiError {
     RequeteInvalide(String),
     NomInvalide(NameError),
     FichierTropVolumineux(u64),
+    /// A multipart upload announced with `CONTENT_LENGTH=0`: the web server dropped the body as
+    /// too large for its own limit (mod_fcgid calls the program with an empty body when the
+    /// `Content-Length` exceeds `LimitRequestBody`), before the program could see it.
+    CorpsEcarte,
     FichierIntrouvable,
     MethodeNonAutorisee(&'static str),
     PlageInvalide(u64),
@@ -35,7 +42,7 @@ impl ApiError {
             ApiError::FichierAbsent | ApiError::RequeteInvalide(_) | ApiError::NomInvalide(_) => {
                 400
             }
-            ApiError::FichierTropVolumineux(_) => 413,
+            ApiError::FichierTropVolumineux(_) | ApiError::CorpsEcarte => 413,
             ApiError::FichierIntrouvable => 404,
             ApiError::MethodeNonAutorisee(_) => 405,
             ApiError::PlageInvalide(_) => 416,
@@ -51,7 +58,7 @@ impl ApiError {
             ApiError::FichierAbsent => "fichier_absent",
             ApiError::RequeteInvalide(_) => "requete_invalide",
             ApiError::NomInvalide(_) => "nom_invalide",
-            ApiError::FichierTropVolumineux(_) => "fichier_trop_volumineux",
+            ApiError::FichierTropVolumineux(_) | ApiError::CorpsEcarte => "fichier_trop_volumineux",
             ApiError::FichierIntrouvable => "fichier_introuvable",
             ApiError::MethodeNonAutorisee(_) => "methode_non_autorisee",
             ApiError::PlageInvalide(_) => "plage_invalide",
@@ -74,6 +81,12 @@ impl ApiError {
             ApiError::FichierTropVolumineux(max) => {
                 format!("Fichier trop volumineux : {max} octets au maximum.")
             }
+            ApiError::CorpsEcarte => format!(
+                "Fichier trop volumineux pour le serveur web : il n'a transmis aucun octet de la \
+                 requête, plus grande que sa limite (LimitRequestBody ; sous mod_fcgid, \
+                 FcgidMaxRequestLen, {MOD_FCGID_MAX_REQUEST_LEN} octets = 128 Kio si \
+                 l'hébergeur ne l'a pas changé)."
+            ),
             ApiError::FichierIntrouvable => "Fichier introuvable ou expiré.".into(),
             ApiError::MethodeNonAutorisee(allow) => {
                 format!("Méthode non autorisée (méthodes acceptées : {allow}).")
@@ -104,6 +117,11 @@ impl ApiError {
             ApiError::RequeteInvalide(d) => format!("requête invalide ({d})"),
             ApiError::NomInvalide(why) => format!("nom invalide : {why}"),
             ApiError::FichierTropVolumineux(_) => "fichier trop volumineux".into(),
+            ApiError::CorpsEcarte => {
+                "fichier trop volumineux pour le serveur web (corps vide : LimitRequestBody \
+                 dépassé, à régler sur FcgidMaxRequestLen)"
+                    .into()
+            }
             ApiError::FichierIntrouvable => "fichier introuvable ou expiré".into(),
             ApiError::MethodeNonAutorisee(_) => format!("méthode {} non autorisée", quoted(method)),
             ApiError::PlageInvalide(_) => "plage invalide".into(),

@@ -68,6 +68,11 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     let boundary = multer::parse_boundary(content_type).map_err(|_| {
         ApiError::RequeteInvalide("le corps doit être en multipart/form-data".into())
     })?;
+    // mod_fcgid's answer to a `Content-Length` above `LimitRequestBody`: CONTENT_LENGTH=0 and no
+    // body at all. No client sends an empty multipart body.
+    if req.params.get("CONTENT_LENGTH").map(str::trim) == Some("0") {
+        return Err(ApiError::CorpsEcarte);
+    }
     let progress = Arc::new(Progress::default());
     let body = std::mem::replace(&mut req.body, Body::empty());
     let stream = GuardedBody {

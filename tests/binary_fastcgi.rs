@@ -315,6 +315,40 @@ fn an_htaccess_in_the_store_is_kept_and_never_uploaded() {
     assert_eq!(error_code(&r), "nom_invalide");
 }
 
+/// mod_fcgid calls the program with `CONTENT_LENGTH=0` and no body when the request's
+/// `Content-Length` exceeds `LimitRequestBody` (a shared host's `.htaccess` sets it to the
+/// host's `FcgidMaxRequestLen`): a multipart upload announced that way is a 413 that names the
+/// web server's limits, not a 400 about a truncated body. Without the token, still a 401.
+#[test]
+fn an_upload_whose_body_the_web_server_dropped_is_a_413_naming_its_limit() {
+    let s = Server::start("");
+    let (ct, _) = common::multipart_file("gros.bin", b"");
+    let auth = format!("Bearer {TOKEN}");
+    let mut params = vec![
+        ("REQUEST_METHOD", "POST"),
+        ("SCRIPT_NAME", "/upload.php"),
+        ("REQUEST_URI", "/upload.php"),
+        ("CONTENT_TYPE", ct.as_str()),
+        ("HTTP_EXPECT", "100-continue"),
+    ];
+    assert_eq!(s.call(&params, b"").status, 401);
+    params.push(("HTTP_AUTHORIZATION", &auth));
+    let r = s.call(&params, b"");
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(error_code(&r), "fichier_trop_volumineux");
+    let message = json(&r)["message"].as_str().unwrap().to_string();
+    for words in ["LimitRequestBody", "FcgidMaxRequestLen", "131072"] {
+        assert!(message.contains(words), "{message}");
+    }
+    let log = std::fs::read_to_string(s.dir.path().join("log/depot-fichiers.log")).unwrap();
+    assert!(
+        log.contains("corps vide : LimitRequestBody dépassé"),
+        "{log}"
+    );
+    // A real body is still read as before.
+    assert_eq!(s.upload("petit.bin", b"abc").status, 200);
+}
+
 /// Contract §9: the capacity (507) is checked after the size limit (413). An upload over
 /// `taille_max_fichier_octets` into a store that cannot take it either is a 413 whose message
 /// gives the limit; a file under the limit that the store cannot take is a 507.

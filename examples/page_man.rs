@@ -38,10 +38,11 @@ avec un \fBtoken_acces\fR tiré au hasard. Modèle commenté :
 .IR /usr/share/depot-fichiers/config.example.toml .
 .TP
 .I ~/.config/depot-fichiers/config.toml
-Configuration cherchée quand ni \fB\-\-config\fR, ni \fBDEPOT_FICHIERS_CONFIG\fR, ni
-.I /etc/depot-fichiers/config.toml
-n'existent (hébergement mutualisé, suEXEC) : ~ est le dossier personnel du compte qui exécute le
-programme, lu dans la base des utilisateurs, jamais dans \fBHOME\fR.
+Configuration du compte qui exécute le programme (hébergement mutualisé, suEXEC), lue
+avant celle de
+.I /etc
+quand ni \fB\-\-config\fR ni \fBDEPOT_FICHIERS_CONFIG\fR n'en donnent une, si elle existe :
+~ est le dossier personnel du compte lu dans la base des utilisateurs, jamais dans \fBHOME\fR.
 .TP
 .I /var/lib/depot-fichiers/files
 Fichiers déposés et leurs métadonnées (\fB.meta/\fR), hors de la racine web.

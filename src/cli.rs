@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 )]
 pub struct Cli {
     /// Fichier de configuration (sinon $DEPOT_FICHIERS_CONFIG, sinon
-    /// /etc/depot-fichiers/config.toml, sinon ~/.config/depot-fichiers/config.toml)
+    /// ~/.config/depot-fichiers/config.toml s'il existe, sinon /etc/depot-fichiers/config.toml)
     #[arg(long, global = true, value_name = "CHEMIN", long_help = config_long_help())]
     pub config: Option<PathBuf>,
 

@@ -11,17 +11,17 @@ pub const CONFIG_ENV: &str = "DEPOT_FICHIERS_CONFIG";
 /// Path used when neither `--config` nor the environment names one.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/depot-fichiers/config.toml";
 /// Where, under the home folder of the account the program runs as, the configuration is looked
-/// for when neither `--config`, the environment nor [`DEFAULT_CONFIG_PATH`] gives one.
+/// for before [`DEFAULT_CONFIG_PATH`] when neither `--config` nor the environment gives one.
 pub const HOME_CONFIG_PATH: &str = ".config/depot-fichiers/config.toml";
 
 /// The order in which the configuration file is looked for, in French (`--help`, man page,
 /// errors). Kept next to [`resolve_path`], which implements it.
 pub const SEARCH_ORDER: &str = "1. --config CHEMIN (jamais en CGI : les arguments y viennent \
-    de la requête) ; 2. la variable DEPOT_FICHIERS_CONFIG ; 3. /etc/depot-fichiers/config.toml, \
-    s'il existe ; 4. ~/.config/depot-fichiers/config.toml, s'il existe, où ~ est le dossier \
-    personnel du compte qui exécute le programme tel que le donne la base des utilisateurs \
-    (getpwuid), jamais $HOME (que suEXEC efface) ni rien de ce qu'une requête envoie. Sans \
-    aucun des quatre, l'erreur nomme les deux derniers.";
+    de la requête) ; 2. la variable DEPOT_FICHIERS_CONFIG ; 3. ~/.config/depot-fichiers/config.toml, \
+    s'il existe, où ~ est le dossier personnel du compte qui exécute le programme tel que le \
+    donne la base des utilisateurs (getpwuid), jamais $HOME (que suEXEC efface) ni rien de ce \
+    qu'une requête envoie ; 4. /etc/depot-fichiers/config.toml. Sans aucun des deux derniers, \
+    l'erreur les nomme tous les deux.";
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -205,10 +205,12 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
 }
 
 /// Which file to read ([`SEARCH_ORDER`]): `--config`, else `$DEPOT_FICHIERS_CONFIG`, else
-/// [`DEFAULT_CONFIG_PATH`] if it exists, else [`home_config_path`] if it exists, else
-/// [`DEFAULT_CONFIG_PATH`] (whose reading then fails, naming both). A path that cannot be told
-/// absent (a folder on the way that cannot be searched) counts as present: its error is the one
-/// reported, instead of another file silently taking its place.
+/// [`home_config_path`] if it exists, else [`DEFAULT_CONFIG_PATH`] (whose reading, when it is
+/// missing too, fails naming both). The account's own file comes before the system's: on a host
+/// where the package is installed for the site of `www-data`, a hosted account (suEXEC) still
+/// finds its own; the package's account has no such file. A home file that cannot be told absent
+/// (a folder on the way that cannot be searched) counts as present: its error is reported,
+/// instead of another file silently taking its place.
 pub fn resolve_path(cli: Option<&Path>) -> PathBuf {
     if let Some(p) = cli {
         return p.to_path_buf();
@@ -217,14 +219,9 @@ pub fn resolve_path(cli: Option<&Path>) -> PathBuf {
         Some(p) if !p.is_empty() => return PathBuf::from(p),
         _ => {}
     }
-    let system = PathBuf::from(DEFAULT_CONFIG_PATH);
-    let absent = |p: &Path| matches!(p.try_exists(), Ok(false));
-    if !absent(&system) {
-        return system;
-    }
     match home_config_path() {
-        Some(home) if !absent(&home) => home,
-        _ => system,
+        Some(home) if !matches!(home.try_exists(), Ok(false)) => home,
+        _ => PathBuf::from(DEFAULT_CONFIG_PATH),
     }
 }
 

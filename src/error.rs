@@ -102,7 +102,8 @@ impl ApiError {
             ApiError::ErreurInterne(_) => "Erreur interne du serveur.".into(),
             ApiError::ServeurMalConfigure(_) => {
                 "Serveur mal configuré : la raison est écrite dans le journal d'erreurs du site \
-                 (ErrorLog d'Apache) ; « depot-fichiers check-config » la donne aussi."
+                 (mod_fcgid, mod_cgi ; celui du serveur avec mod_cgid), et « depot-fichiers \
+                 check-config », lancé sous le compte du site, la donne aussi."
                     .into()
             }
         }

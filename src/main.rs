@@ -1,7 +1,8 @@
 //! The `depot-fichiers` command: serve FastCGI (inherited fd 0, `--listen`) or one CGI request,
 //! or run one of the administration subcommands.
 
-use std::path::Path;
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::rc::Rc;
 
@@ -40,35 +41,39 @@ fn main() -> ExitCode {
     // string split on `+` (`/download.php?--config+/dev/stdin`): it is never parsed, and the
     // configuration comes from the environment and the files of `config::resolve_path` alone.
     if fastcgi::is_cgi_request() {
-        let path = config::resolve_path(None);
-        return match load(&path) {
-            Ok(cfg) => serve(None, &path, cfg),
-            Err(why) => serve_broken(why),
-        };
+        return serve_for_the_web_server(None);
     }
     let cli = Cli::parse();
-    let path = config::resolve_path(cli.config.as_deref());
-    let cfg = match load(&path) {
-        Ok(c) => c,
-        // Started by the web server (a socket on fd 0): answer, so that the reason reaches the
-        // site's error log. From a shell, or with --listen (a supervisor shows stderr): stop.
-        Err(why) if cli.command.is_none() && cli.listen.is_none() => return serve_broken(why),
-        Err(_) => return ExitCode::from(1),
+    let Some(command) = cli.command else {
+        return match cli.listen.as_deref() {
+            // A supervisor shows stderr: a configuration that cannot be used stops at once.
+            Some(listen) => {
+                let path = config::resolve_path(cli.config.as_deref());
+                match load(&path).and_then(|cfg| open(&path, cfg)) {
+                    Ok(app) => serve(Some(listen), app),
+                    Err(_) => ExitCode::from(1),
+                }
+            }
+            None => serve_for_the_web_server(cli.config),
+        };
     };
-    match cli.command {
-        Some(Command::CheckConfig) => check_config(&path, &cfg),
-        Some(Command::Sweep) => sweep(cfg),
-        Some(Command::Consignes {
+    let path = config::resolve_path(cli.config.as_deref());
+    let Ok(cfg) = load(&path) else {
+        return ExitCode::from(1);
+    };
+    match command {
+        Command::CheckConfig => check_config(&path, &cfg),
+        Command::Sweep => sweep(cfg),
+        Command::Consignes {
             avec_token,
             ref connecteur,
-        }) => {
+        } => {
             outln!(
                 "{}",
                 consignes::render(&cfg, avec_token, connecteur).trim_end()
             );
             ExitCode::SUCCESS
         }
-        None => serve(cli.listen.as_deref(), &path, cfg),
     }
 }
 
@@ -138,29 +143,27 @@ fn sweep(cfg: Config) -> ExitCode {
     }
 }
 
-fn serve(listen: Option<&str>, config_path: &Path, cfg: Config) -> ExitCode {
+/// The per-process state for the configuration `cfg` read from `path`, and the lines its start
+/// writes in the log (the file readable by others, the example domain); or why the folders
+/// cannot be used ([`unusable`]).
+fn open(path: &Path, cfg: Config) -> Result<Rc<App>, String> {
     let warnings = cfg.warnings();
-    let app = match App::new(cfg) {
-        Ok(a) => Rc::new(a),
-        Err(e) => {
-            let why = unusable(format!("dépôt inutilisable : {e}"));
-            return match listen {
-                None => serve_broken(why),
-                Some(_) => ExitCode::from(1),
-            };
-        }
-    };
+    let app = App::new(cfg).map_err(|e| unusable(format!("dépôt inutilisable : {e}")))?;
     // Once per process start (under CGI: once per request).
-    if let Some(mode) = loose_mode(config_path) {
+    if let Some(mode) = loose_mode(path) {
         app.log.line(&format!(
             "attention : le fichier de configuration {} est lisible ou modifiable par d'autres \
              utilisateurs (mode {mode:04o}) ; chmod 600 conseillé",
-            config_path.display()
+            path.display()
         ));
     }
     for warning in &warnings {
         app.log.line(&format!("attention : {warning}"));
     }
+    Ok(Rc::new(app))
+}
+
+fn serve(listen: Option<&str>, app: Rc<App>) -> ExitCode {
     let handler: fastcgi::Handler = Rc::new(move |req: Request| {
         let app = app.clone();
         Box::pin(async move { router::handle(&app, req).await })
@@ -174,23 +177,36 @@ fn serve(listen: Option<&str>, config_path: &Path, cfg: Config) -> ExitCode {
     }
 }
 
-/// Serves with a configuration that cannot be used (`why`): each request gets
-/// a 500 JSON that sends the deployer to the site's error log, where `why` is written (an
-/// `FCGI_STDERR` record under FastCGI, stderr under CGI), since a hosted user cannot read the
-/// server's main log, where mod_fcgid puts the program's own stderr. Under FastCGI the process
-/// then stops, as mod_fcgid would stop it (SIGTERM, the request in flight finishes), so the next
-/// request starts a process that reads the file again: a fixed configuration is used at once.
-/// Returns 1, also when there is no web server to answer (a shell).
-fn serve_broken(why: String) -> ExitCode {
-    let cgi = fastcgi::is_cgi_request();
-    let handler: fastcgi::Handler = Rc::new(move |_req: Request| {
-        let why = why.clone();
-        Box::pin(async move {
-            if !cgi {
-                use rustix::process::{Signal, getpid, kill_process};
-                let _ = kill_process(getpid(), Signal::TERM);
+/// Serves what the web server hands over (CGI, or the socket mod_fcgid puts on fd 0), also when
+/// the configuration (`--config`, else [`config::resolve_path`]) or its folders cannot be used:
+/// a hosted user cannot read the server's main log, where the program's own stderr goes under
+/// mod_fcgid, so each request then gets a 500 JSON that tells where to look and the reason goes
+/// to the site's error log ([`router::misconfigured`]: `FCGI_STDERR`, or stderr under CGI).
+/// Every such request reads the file again: once it is fixed, the same process serves normally.
+/// Returns 1 when there is nothing to serve with (started from a shell).
+fn serve_for_the_web_server(cli_config: Option<PathBuf>) -> ExitCode {
+    let attempt = move || {
+        let path = config::resolve_path(cli_config.as_deref());
+        load(&path).and_then(|cfg| open(&path, cfg))
+    };
+    let first = attempt();
+    if let Ok(app) = first {
+        return serve(None, app);
+    }
+    let state: Rc<RefCell<Result<Rc<App>, String>>> = Rc::new(RefCell::new(first));
+    let handler: fastcgi::Handler = Rc::new(move |req: Request| {
+        let current = {
+            let mut s = state.borrow_mut();
+            if s.is_err() {
+                *s = attempt();
             }
-            router::misconfigured(why)
+            s.clone()
+        };
+        Box::pin(async move {
+            match current {
+                Ok(app) => router::handle(&app, req).await,
+                Err(why) => router::misconfigured(why),
+            }
         })
     });
     let _ = fastcgi::run(None, handler);

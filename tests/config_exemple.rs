@@ -171,17 +171,13 @@ fn the_example_domain_is_a_warning_only() {
     assert!(!stderr(&o).contains("attention"), "{}", stderr(&o));
 }
 
-/// Without `--config` nor `DEPOT_FICHIERS_CONFIG`, and without `/etc/depot-fichiers/config.toml`,
-/// the file is looked for in the home folder the user database gives, never in `$HOME`: a valid
-/// file there is not used, and the error names both places looked at.
+/// Without `--config` nor `DEPOT_FICHIERS_CONFIG`, the file is looked for in the home folder the
+/// user database gives (root's here), never in `$HOME`: a valid file under a fake `$HOME` is not
+/// used. When `/etc/depot-fichiers/config.toml` is missing too (the package is not installed on
+/// this machine), the error names both places looked at. The file found in the real home of an
+/// account is tested by tests/hebergement_mutualise.rs.
 #[test]
 fn the_home_folder_comes_from_the_user_database_not_from_home() {
-    let system = Path::new(depot_fichiers::config::DEFAULT_CONFIG_PATH);
-    assert!(
-        !system.exists(),
-        "{} existe (paquet installé sur cette machine ?) : ce test suppose son absence",
-        system.display()
-    );
     let dir = tempfile::tempdir().unwrap();
     let fake_home = dir.path();
     std::fs::create_dir_all(fake_home.join(".config/depot-fichiers")).unwrap();
@@ -194,6 +190,9 @@ fn the_home_folder_comes_from_the_user_database_not_from_home() {
         fake_home.join(".config/depot-fichiers/config.toml"),
     )
     .unwrap();
+    let home = depot_fichiers::config::home_config_path().expect("root has a home");
+    assert!(!home.starts_with(fake_home), "{}", home.display());
+    assert!(!home.exists(), "{} exists on this machine", home.display());
     let o = Command::new(common::binary())
         .arg("check-config")
         .env_remove("GATEWAY_INTERFACE")
@@ -201,25 +200,33 @@ fn the_home_folder_comes_from_the_user_database_not_from_home() {
         .env("HOME", fake_home)
         .output()
         .unwrap();
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    let home = depot_fichiers::config::home_config_path().expect("root has a home");
-    assert!(!home.starts_with(fake_home), "{}", home.display());
-    assert!(
-        err.contains(&format!("lecture de {} impossible", system.display())),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("pas de fichier non plus dans {}", home.display())),
-        "{err}"
-    );
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(!out.contains(&fake_home.display().to_string()), "{out}");
+    assert!(!err.contains(&fake_home.display().to_string()), "{err}");
+    let system = Path::new(depot_fichiers::config::DEFAULT_CONFIG_PATH);
+    if !system.exists() {
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("lecture de {} impossible", system.display())),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("pas de fichier non plus dans {}", home.display())),
+            "{err}"
+        );
+    } else {
+        // The package's file is the one read (valid or not).
+        assert!(
+            format!("{out}{err}").contains(&system.display().to_string()),
+            "{out}{err}"
+        );
+    }
 }
 
 /// The program started by mod_fcgid (a listening socket on fd 0) with a configuration it
-/// refuses answers the request in flight, GET or POST with a body: 500 `erreur_interne` whose
-/// message sends the deployer to the site's error log, the reason on FCGI_STDERR (mod_fcgid
-/// writes it to the virtual host's ErrorLog), then the process stops by itself, so that the next
-/// request starts one that reads the file again.
+/// refuses answers each request, POST with a body or GET: 500 `erreur_interne` whose message
+/// tells where to look, the reason on FCGI_STDERR (mod_fcgid writes it to the virtual host's
+/// ErrorLog). Each such request reads the file again: once fixed, the same process serves.
 #[test]
 fn a_refused_configuration_is_explained_in_the_sites_error_log() {
     use common::fcgi::FcgiClient;
@@ -227,44 +234,42 @@ fn a_refused_configuration_is_explained_in_the_sites_error_log() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let config = example_config(root, |t| t);
+    let sock = root.join("fcgid.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let mut child = Command::new(common::binary())
+        .arg("--config")
+        .arg(&config)
+        .env_remove("GATEWAY_INTERFACE")
+        .stdin(Stdio::from(OwnedFd::from(listener)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let (ct, body) = common::multipart_file("a.txt", &common::bytes(300_000, 3));
-    let bearer = format!("Bearer {EXAMPLE_TOKEN}");
-    let upload: Vec<(&str, &str)> = vec![
-        ("REQUEST_METHOD", "POST"),
-        ("SCRIPT_NAME", "/upload.php"),
-        ("REQUEST_URI", "/upload.php"),
-        ("CONTENT_TYPE", &ct),
-        ("HTTP_AUTHORIZATION", &bearer),
-    ];
-    let download: Vec<(&str, &str)> = vec![
-        ("REQUEST_METHOD", "GET"),
-        ("SCRIPT_NAME", "/download.php"),
-        ("REQUEST_URI", "/download.php?fichier=a.txt"),
-        ("QUERY_STRING", "fichier=a.txt"),
-    ];
-    for (params, body) in [(&upload, &body[..]), (&download, &b""[..])] {
-        let sock = root.join("fcgid.sock");
-        let _ = std::fs::remove_file(&sock);
-        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        let mut child = Command::new(common::binary())
-            .arg("--config")
-            .arg(&config)
-            .env_remove("GATEWAY_INTERFACE")
-            .stdin(Stdio::from(OwnedFd::from(listener)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut c = FcgiClient::unix(&sock).unwrap();
+    let request = |token: &str, body: &[u8]| {
+        let bearer = format!("Bearer {token}");
         let len = body.len().to_string();
-        let mut p = params.clone();
-        p.push(("CONTENT_LENGTH", &len));
-        let r = c.request(&p, body).unwrap();
+        let params = [
+            ("REQUEST_METHOD", "POST"),
+            ("SCRIPT_NAME", "/upload.php"),
+            ("REQUEST_URI", "/upload.php"),
+            ("CONTENT_TYPE", ct.as_str()),
+            ("CONTENT_LENGTH", len.as_str()),
+            ("HTTP_AUTHORIZATION", bearer.as_str()),
+        ];
+        FcgiClient::unix(&sock)
+            .unwrap()
+            .request(&params, body)
+            .unwrap()
+    };
+    for (token, body) in [(EXAMPLE_TOKEN, &body[..]), (TOKEN, &b""[..])] {
+        let r = request(token, body);
         assert_eq!(r.status, 500, "{}", r.text());
         let json = r.json();
         assert_eq!(json["erreur"], "erreur_interne");
         let message = json["message"].as_str().unwrap();
         assert!(message.contains("journal d'erreurs du site"), "{message}");
+        assert!(message.contains("check-config"), "{message}");
         assert!(
             !message.contains("token_acces"),
             "the public is not told: {message}"
@@ -274,26 +279,38 @@ fn a_refused_configuration_is_explained_in_the_sites_error_log() {
         assert!(err.contains(&config.display().to_string()), "{err}");
         assert!(err.contains("clé `token_acces`"), "{err}");
         assert!(!err.contains(EXAMPLE_TOKEN), "{err}");
-        // It stops by itself.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let status = loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                break st;
-            }
-            assert!(Instant::now() < deadline, "the process did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        assert_eq!(status.code(), Some(1));
-        let mut raw = String::new();
-        use std::io::Read;
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut raw)
-            .unwrap();
-        assert!(raw.contains("clé `token_acces`"), "{raw}");
     }
+    // Fixed: the same process reads it at the next request.
+    example_config(root, |t| {
+        t.replace(EXAMPLE_TOKEN, TOKEN)
+            .replace(EXAMPLE_SECRET, "un-vrai-secret-de-client")
+    });
+    let r = request(TOKEN, &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.stderr.is_empty());
+    assert!(
+        matches!(child.try_wait(), Ok(None)),
+        "still the same process"
+    );
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut raw = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut raw)
+        .unwrap();
+    assert!(
+        raw.contains("clé `token_acces`"),
+        "the server's log too: {raw}"
+    );
 }
 
 /// The same under CGI: the answer on stdout, the reason once on stderr (the site's error log).

@@ -5,8 +5,8 @@
 //! the program, `~/.config/depot-fichiers/config.toml` and one of the two `.htaccess` recipes,
 //! read from docs/DEPLOIEMENT.md as they are written there. Everything goes through curl.
 //!
-//! Runs as root (accounts, suEXEC, /var/www): `tests/run` does. The program is the one cargo
-//! built, or `DEPOT_BIN_HEBERGEMENT` (`tests/run` gives the build for glibc ≥ 2.17). At the end
+//! Runs as root (accounts, suEXEC, /var/www): `tests/run` does. The program is
+//! `common::binary_for_old_hosts` (under `tests/run`, the build for glibc ≥ 2.17). At the end
 //! the account's processes are stopped by their pid, the account and its site removed.
 
 mod common;
@@ -26,14 +26,6 @@ const MODULES: &str = "/usr/lib/apache2/modules";
 /// What the recipe asks of the host for 200 MiB uploads.
 const ASKED_MAX_REQUEST_LEN: &str = "220200960";
 const MIB: usize = 1024 * 1024;
-
-/// The program under test.
-fn program() -> PathBuf {
-    match std::env::var_os("DEPOT_BIN_HEBERGEMENT") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => common::binary(),
-    }
-}
 
 /// The fenced block of docs/DEPLOIEMENT.md whose first line is `first_line`.
 fn recipe(first_line: &str) -> String {
@@ -105,7 +97,7 @@ impl Account {
         fs::set_permissions(&a.home, fs::Permissions::from_mode(0o700)).unwrap();
         // `install -m 755 depot-fichiers /var/www/<name>/depot-fichiers/depot-fichiers`.
         let bin = a.program();
-        fs::copy(program(), &bin).unwrap();
+        fs::copy(common::binary_for_old_hosts(), &bin).unwrap();
         fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
         a.give_everything();
         a

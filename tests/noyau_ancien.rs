@@ -2,7 +2,8 @@
 //! systems a build for older hosts targets, docs/DEPLOIEMENT.md « Hébergement mutualisé ») made
 //! to fail with ENOSYS by `strace --inject`, for the program and every thread it starts. Upload,
 //! download, the sweep of a file nobody asks for, and the capacity check still work: they fall
-//! back to `fstatat` (no birth time) and std to its own fallbacks.
+//! back to `fstatat` (no birth time) and std to its own fallbacks. The program is
+//! `common::binary_for_old_hosts` (under `tests/run`, the build for glibc ≥ 2.17).
 
 mod common;
 
@@ -27,7 +28,7 @@ fn cgi(root: &Path, script: &str, query: &str, body: &[u8], content_type: &str) 
         .arg(&trace)
         .arg(format!("-etrace={MISSING}"))
         .arg(format!("-einject={MISSING}:error=ENOSYS"))
-        .arg(common::binary())
+        .arg(common::binary_for_old_hosts())
         .env_clear()
         .env("GATEWAY_INTERFACE", "CGI/1.1")
         .env(

@@ -68,6 +68,16 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_depot-fichiers"))
 }
 
+/// The build for older hosts (glibc ≥ 2.17) that `tests/run` makes and names in
+/// `DEPOT_BIN_GLIBC_2_17`, else the binary under test: what the shared-hosting and old-kernel
+/// tests run.
+pub fn binary_for_old_hosts() -> PathBuf {
+    match std::env::var_os("DEPOT_BIN_GLIBC_2_17") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => binary(),
+    }
+}
+
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }

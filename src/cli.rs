@@ -40,7 +40,8 @@ fn config_long_help() -> String {
 /// The administration subcommands.
 #[derive(Subcommand)]
 pub enum Command {
-    /// Vérifie la configuration et affiche la configuration effective (secrets masqués)
+    /// Vérifie la configuration et affiche la configuration effective (secrets masqués) ; en
+    /// root, vérifie sous le compte propriétaire du dépôt
     CheckConfig,
     /// Lance un balayage complet et affiche ce qui a été supprimé
     Sweep,

@@ -71,6 +71,15 @@ fn judge(shown: &Path, st: &Stat) -> Finding {
     Finding::Fine
 }
 
+/// The account the program's folders belong to, which the program must run as: the owner of the
+/// store folder `root`, else of the log folder `log_dir` (the first of them that exists; `None`
+/// when neither does yet).
+pub fn owner(root: &Path, log_dir: &Path) -> Option<u32> {
+    [root, log_dir]
+        .into_iter()
+        .find_map(|p| rustix::fs::lstat(p).ok().map(|st| st.st_uid))
+}
+
 /// Looks at a folder without changing anything (`check-config`).
 pub fn inspect(path: &Path) -> Finding {
     match rustix::fs::lstat(path) {
@@ -317,6 +326,21 @@ mod tests {
         assert!(matches!(inspect(&foreign), Finding::Refused(_)));
         // Nothing changed on a refused folder.
         assert_ne!(mode_of(&foreign) & 0o777, 0);
+    }
+
+    #[test]
+    fn the_owner_is_the_stores_else_the_logs() {
+        let d = tempfile::tempdir().unwrap();
+        let (store, log) = (d.path().join("files"), d.path().join("log"));
+        assert_eq!(owner(&store, &log), None);
+        std::fs::create_dir(&log).unwrap();
+        let me = rustix::process::geteuid().as_raw();
+        assert_eq!(owner(&store, &log), Some(me));
+        if me == 0 {
+            std::fs::create_dir(&store).unwrap();
+            std::os::unix::fs::chown(&store, Some(65534), Some(65534)).unwrap();
+            assert_eq!(owner(&store, &log), Some(65534));
+        }
     }
 
     #[test]

@@ -77,19 +77,42 @@ fn main() -> ExitCode {
     }
 }
 
-/// The mode of the configuration file when group or others may read or write it.
+/// The mode of the configuration file when others may read or write it, or its group write it.
+/// Group read is Debian's practice (`root:www-data 0640`: the web server reads the file and
+/// cannot change it) and draws no warning.
 fn loose_mode(path: &Path) -> Option<u32> {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
-    (mode & 0o077 != 0).then_some(mode)
+    (mode & 0o027 != 0).then_some(mode)
 }
 
+/// What to do instead of a configuration file open to others.
+const PRIVATE_CONFIG: &str = "conseillé : chown root:www-data et chmod 640 sous Debian \
+                              (propriétaire root, groupe du serveur web), ou chmod 600 au compte \
+                              qui exécute le programme";
+
 fn check_config(path: &Path, cfg: &Config) -> ExitCode {
+    // Before any change of account: JuiceFS's `.config` is readable by root only.
+    let shared_fs = depot_fichiers::network_fs::warnings(&cfg.dossier_fichiers);
+    let owned;
+    let cfg = if rustix::process::geteuid().is_root() {
+        match check_as_owner(path, cfg) {
+            Ok(Some(c)) => {
+                owned = c;
+                &owned
+            }
+            Ok(None) => cfg,
+            Err(code) => return code,
+        }
+    } else {
+        cfg
+    };
     outln!("# configuration valide : {}", path.display());
     outln!("{}", cfg.describe().trim_end());
-    if loose_mode(path).is_some() {
+    if let Some(mode) = loose_mode(path) {
         outln!(
-            "# attention : {} est lisible par d'autres utilisateurs (chmod 600 conseillé)",
+            "# attention : {} est en mode {mode:04o}, lisible ou modifiable par d'autres \
+             utilisateurs ; {PRIVATE_CONFIG}",
             path.display()
         );
     }
@@ -101,7 +124,7 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
     for warning in cfg.warnings() {
         eprintln!("depot-fichiers : attention : {warning}");
     }
-    for warning in depot_fichiers::network_fs::warnings(&cfg.dossier_fichiers) {
+    for warning in shared_fs {
         eprintln!("depot-fichiers : attention : {warning}");
     }
     if refused {
@@ -109,6 +132,78 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// `check-config` run by root: the program runs as the account that owns its folders (the web
+/// server's), and its checks are meant for that account. So root switches to it for good (the
+/// command ends with the check) and reads the configuration again as that account, exactly as
+/// `runuser -u <account> -- depot-fichiers … check-config` would. `Ok(None)`: no folder exists
+/// yet, or they are root's: checked as root.
+fn check_as_owner(path: &Path, cfg: &Config) -> Result<Option<Config>, ExitCode> {
+    use nix::unistd::{Gid, Group, Uid, User};
+    let Some(uid) = depot_fichiers::folders::owner(&cfg.dossier_fichiers, &cfg.dossier_log) else {
+        outln!(
+            "# note : lancé en root, et ni dossier_fichiers ni dossier_log n'existent encore : \
+             vérifié en root ; le programme les créera sous le compte qui le lance (celui du \
+             serveur web)"
+        );
+        return Ok(None);
+    };
+    if uid == 0 {
+        return Ok(None);
+    }
+    let fail = |why: String| {
+        eprintln!("depot-fichiers : {why}");
+        ExitCode::from(1)
+    };
+    let user = match User::from_uid(Uid::from_raw(uid)) {
+        Ok(Some(u)) => u,
+        Ok(None) => {
+            return Err(fail(format!(
+                "les dossiers appartiennent à l'utilisateur {uid}, absent de la base des comptes : \
+                 vérification impossible sous son compte"
+            )));
+        }
+        Err(e) => return Err(fail(format!("base des comptes illisible : {e}"))),
+    };
+    let exe = std::env::current_exe().unwrap_or_else(|_| "depot-fichiers".into());
+    outln!(
+        "# lancé en root : vérification sous le compte {} ({uid}), propriétaire des dossiers du \
+         dépôt, comme le ferait : runuser -u {} -- {} --config {} check-config",
+        user.name,
+        user.name,
+        exe.display(),
+        path.display()
+    );
+    if let Err(e) = switch_account(&user) {
+        return Err(fail(format!(
+            "passage au compte {} impossible : {e}",
+            user.name
+        )));
+    }
+    match config::load(path) {
+        Ok(c) => Ok(Some(c)),
+        Err(e) => {
+            let group = Group::from_gid(Gid::from_raw(user.gid.as_raw()))
+                .ok()
+                .flatten()
+                .map_or_else(|| user.gid.to_string(), |g| g.name);
+            Err(fail(format!(
+                "le compte {} ne peut pas lire sa configuration ({e}) : le programme lancé sous ce \
+                 compte refuserait de démarrer (conseillé : chown root:{group} {p} et chmod 640 {p})",
+                user.name,
+                p = path.display()
+            )))
+        }
+    }
+}
+
+/// Groups, then group, then user: the order in which each step is still allowed.
+fn switch_account(user: &nix::unistd::User) -> nix::Result<()> {
+    let name = std::ffi::CString::new(user.name.as_bytes()).map_err(|_| nix::Error::EINVAL)?;
+    nix::unistd::initgroups(&name, user.gid)?;
+    nix::unistd::setgid(user.gid)?;
+    nix::unistd::setuid(user.uid)
 }
 
 fn sweep(cfg: Config) -> ExitCode {
@@ -152,8 +247,8 @@ fn open(path: &Path, cfg: Config) -> Result<Rc<App>, String> {
     // Once per process start (under CGI: once per request).
     if let Some(mode) = loose_mode(path) {
         app.log.line(&format!(
-            "attention : le fichier de configuration {} est lisible ou modifiable par d'autres \
-             utilisateurs (mode {mode:04o}) ; chmod 600 conseillé",
+            "attention : le fichier de configuration {} est en mode {mode:04o}, lisible ou \
+             modifiable par d'autres utilisateurs ; {PRIVATE_CONFIG}",
             path.display()
         ));
     }

@@ -569,11 +569,13 @@ fn start_production(
     server_extra: &str,
 ) -> (common::Guard, std::path::PathBuf) {
     let (cert, key) = self_signed_certificate(state);
+    // The site's local values (name, certificate) are read in place of their `Include`.
+    let local = fs::read_to_string(common::repo().join("apache/site-local.conf")).unwrap();
+    let host = fs::read_to_string(common::repo().join("apache/depot-fichiers.conf")).unwrap();
+    let include = "Include /etc/depot-fichiers/site-local.conf\n";
+    assert!(host.contains(include), "the host reads its local values");
     let mut prod = String::new();
-    for line in fs::read_to_string(common::repo().join("apache/depot-fichiers.conf"))
-        .unwrap()
-        .lines()
-    {
+    for line in host.replace(include, &local).lines() {
         let l = if line.starts_with("Define DEPOT_FICHIERS_BIN ") {
             format!("Define DEPOT_FICHIERS_BIN {}", state.bin().display())
         } else if line.starts_with("Define DEPOT_FICHIERS_CONFIG ") {

@@ -53,7 +53,7 @@ impl App {
     }
 
     /// What every request to an endpoint that touches the store does first: the sweep of
-    /// contract §4 (rate-limited by the store). A sweep that fails, or cannot get the store lock
+    /// specification §4 (rate-limited by the store). A sweep that fails, or cannot get the store lock
     /// within its deadline, is logged and never stops the request.
     pub fn sweep(&self) {
         match self.store.sweep() {

@@ -45,7 +45,7 @@ pub enum Command {
     CheckConfig,
     /// Lance un balayage complet et affiche ce qui a été supprimé
     Sweep,
-    /// Affiche le paragraphe à coller dans les consignes de l'agent (spécification §15)
+    /// Affiche le paragraphe à coller dans les consignes permanentes de l'agent
     Consignes {
         /// Inclure le vrai token au lieu de <TOKEN_ACCES>
         #[arg(long)]

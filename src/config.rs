@@ -1,4 +1,4 @@
-//! Strict loading of `config.toml` (contract §3): unknown key, missing key, bad value → refuse to start,
+//! Strict loading of `config.toml` (specification §3): unknown key, missing key, bad value → refuse to start,
 //! with a French message that names the key.
 
 use std::fmt;
@@ -63,7 +63,7 @@ pub struct Config {
     /// Largest upload, in bytes (413 above).
     #[serde(default = "n::<{ 200 * MIB }>")]
     pub taille_max_fichier_octets: u64,
-    /// Longest life of a file after its upload (contract §4).
+    /// Longest life of a file after its upload (specification §4).
     #[serde(default = "n::<3600>")]
     pub duree_max_depot_secondes: u64,
     /// Longest time since the last download (or the upload).
@@ -847,7 +847,7 @@ oauth_client_secret = "s3cr3t-s3cr3t"
 // Kept after the tests so that the table of keys above can change without touching it.
 #[allow(clippy::items_after_test_module)]
 impl Config {
-    /// The URL of this resource's RFC 9728 metadata, path-suffixed with `mcp.php` (contract
+    /// The URL of this resource's RFC 9728 metadata, path-suffixed with `mcp.php` (specification
     /// §2.4): what the `WWW-Authenticate` challenges give in `resource_metadata`.
     pub fn resource_metadata_url(&self) -> String {
         format!(

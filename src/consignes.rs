@@ -1,4 +1,4 @@
-//! The paragraph to paste into the agent's standing instructions (specification §15), filled from
+//! The paragraph to paste into the agent's standing instructions (the original brief's closing section), filled from
 //! the configuration: the real upload URL, the connector name, and the token or its placeholder.
 //!
 //! Used by `depot-fichiers --config P consignes [--avec-token] [--connecteur NOM]`.
@@ -11,7 +11,7 @@ pub const CONNECTEUR_PAR_DEFAUT: &str = "depot-fichiers";
 /// Placeholder written instead of the token unless `with_token` is set.
 pub const TOKEN_PLACEHOLDER: &str = "<TOKEN_ACCES>";
 
-/// Renders the French paragraph of specification §15 for this deployment.
+/// Renders the French paragraph of the original brief's closing section for this deployment.
 ///
 /// `with_token` writes the real `token_acces` (the output is then a secret); otherwise the
 /// placeholder [`TOKEN_PLACEHOLDER`] is left for the user to fill in. An empty `connector` means

@@ -1,4 +1,4 @@
-//! `GET|HEAD /download.php?fichier=…&token=…` (contract §2.2): sweep → token → name → the file,
+//! `GET|HEAD /download.php?fichier=…&token=…` (specification §2.2): sweep → token → name → the file,
 //! alive, with its sidecar → whole file or a single byte range. The mtime is set to now once the
 //! bytes have all been read and handed to the connection to the web server (the last records, at
 //! most ≈ 192 KiB, may still be on their way: README, « Ce qui compte comme téléchargement »);
@@ -110,7 +110,7 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         // process is free at once. Requests with Range stay here: our answer to them (ignored
         // multi-ranges, If-Range) must not be re-interpreted by Apache's byte-range filter.
         // Small files stay here too: one STDOUT record costs less than mod_xsendfile's work.
-        // Handing the file over counts as the download (the mtime clock of the contract).
+        // Handing the file over counts as the download (the mtime clock of the specification, §2.2).
         crate::store::pause_point("avant-x-sendfile");
         let _ = found.touch();
         resp = resp.header("X-Sendfile", value);

@@ -1,5 +1,5 @@
 //! The errors of the upload and download endpoints, and the one place where each becomes an HTTP
-//! status and the JSON body of contract §9.
+//! status and the JSON body of specification §9.
 
 use serde_json::json;
 
@@ -109,7 +109,7 @@ impl ApiError {
         }
     }
 
-    /// The log's words for this refusal (contract §8), with the internal detail the client is
+    /// The log's words for this refusal (specification §8), with the internal detail the client is
     /// not told; `method` is the request's, named when it is the reason.
     pub fn log_words(&self, method: &str) -> String {
         match self {

@@ -289,7 +289,7 @@ pub enum ResponseBody {
     Bytes(Vec<u8>),
     /// `len` bytes of an open file from `offset`; `Content-Length` is added by [`write_response`].
     /// When every byte has been handed to the web server, the file's mtime is set to now if
-    /// `touch_when_sent` (the "last download" clock of the contract, §2.2).
+    /// `touch_when_sent` (the "last download" clock of the specification, §2.2).
     File {
         /// The open file.
         file: File,

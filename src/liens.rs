@@ -177,7 +177,7 @@ pub fn verify(
     Ok(upload)
 }
 
-/// The `url_telechargement` of one upload of `name`: with `token_acces` (the contract's link),
+/// The `url_telechargement` of one upload of `name`: with `token_acces` (the specification's link),
 /// or, when `per_file`, with the capability of that upload.
 pub fn download_url(
     url_base: &str,

@@ -1,4 +1,4 @@
-//! The operations log `<dossier_log>/depot-fichiers.log` (contract §8): one `write` per line in
+//! The operations log `<dossier_log>/depot-fichiers.log` (specification §8): one `write` per line in
 //! append mode, host-name prefix, size-bounded rotation, secrets redacted by the callers through
 //! [`redact`].
 //!
@@ -134,12 +134,12 @@ const OK: &str = " — OK";
 const REFUSED: &str = " — REFUSÉ";
 const ERROR: &str = " — ERREUR";
 
-/// The shape of a line that reports a success (contract §8): `<what> — OK`.
+/// The shape of a line that reports a success (specification §8): `<what> — OK`.
 pub fn ok_line(what: &str) -> String {
     format!("{what}{OK}")
 }
 
-/// The shape of a line that reports a refusal (contract §8): `<what> — REFUSÉ`.
+/// The shape of a line that reports a refusal (specification §8): `<what> — REFUSÉ`.
 pub fn refused_line(what: &str) -> String {
     format!("{what}{REFUSED}")
 }

@@ -1,5 +1,5 @@
 //! `GET|HEAD /.well-known/oauth-protected-resource[/mcp.php]`: RFC 9728 metadata computed from the
-//! configuration, no network call (contract §2.4).
+//! configuration, no network call (specification §2.4).
 
 use serde_json::json;
 

@@ -1,5 +1,5 @@
 //! The single choke point where a name from the outside (multipart file name, `fichier=` query
-//! parameter, MCP `nom_fichier`) becomes a stored name (contract §5), and the encodings of a stored
+//! parameter, MCP `nom_fichier`) becomes a stored name (specification §5), and the encodings of a stored
 //! name for URLs and `Content-Disposition`.
 //!
 //! [`Name::parse`] is the only constructor of [`Name`]; the store builds paths from a [`Name`] only.
@@ -77,7 +77,7 @@ impl fmt::Display for NameError {
 impl std::error::Error for NameError {}
 
 /// Unicode bidirectional controls (embeddings, overrides, isolates) and the line and paragraph
-/// separators: refused in names (contract §5), a right-to-left override makes
+/// separators: refused in names (specification §5), a right-to-left override makes
 /// `facture\u{202E}fdp.exe` display as `factureexe.pdf`.
 pub fn is_invisible_control(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
@@ -97,7 +97,7 @@ fn php_basename(raw: &[u8]) -> &[u8] {
 }
 
 impl Name {
-    /// The choke point: basename as PHP does, then every rule of contract §5.
+    /// The choke point: basename as PHP does, then every rule of specification §5.
     pub fn parse(raw: &[u8]) -> Result<Name, NameError> {
         let base = php_basename(raw);
         if base.is_empty() {
@@ -178,7 +178,7 @@ pub fn percent_encode(s: &str) -> String {
     utf8_percent_encode(s, UNRESERVED_COMPLEMENT).to_string()
 }
 
-/// The download link of a stored name (contract §2.1).
+/// The download link of a stored name (specification §2.1).
 pub fn download_url(url_base: &str, name: &Name, token: &str) -> String {
     format!(
         "{url_base}/download.php?fichier={}&token={}",

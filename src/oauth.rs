@@ -1,4 +1,4 @@
-//! OAuth 2.1 resource server for `/mcp.php` (contract §7): bearer extraction from `Authorization`,
+//! OAuth 2.1 resource server for `/mcp.php` (specification §7): bearer extraction from `Authorization`,
 //! RFC 7662 introspection of the token at the authorization server, and the checks of its answer
 //! (`active`, `exp`, `token_type`, audience, scope).
 //!
@@ -231,7 +231,7 @@ pub fn audience_matches(aud: &str, resource: &str) -> bool {
     }
 }
 
-/// Checks an RFC 7662 answer (already known to be a JSON object) against contract §7.3–4.
+/// Checks an RFC 7662 answer (already known to be a JSON object) against specification §7.3–4.
 /// `now` is the current Unix time in seconds.
 pub fn check_introspection(
     cfg: &Config,
@@ -557,7 +557,7 @@ fn refuse_own_secret(cfg: &Config, token: &str) -> Result<(), AuthError> {
     Ok(())
 }
 
-/// The whole check of contract §7 for one request, given its `Authorization` header. The
+/// The whole check of specification §7 for one request, given its `Authorization` header. The
 /// caller logs a refusal ([`AuthError::log_words`]); `log` only gets the debug lines of the
 /// introspection.
 pub async fn authorize(

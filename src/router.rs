@@ -1,4 +1,4 @@
-//! The dispatch of a request to its endpoint (contract §2), and what every answer gets after it:
+//! The dispatch of a request to its endpoint (specification §2), and what every answer gets after it:
 //! a `HEAD` request is answered without body, whatever the endpoint.
 //!
 //! Two more ways in, for the shipped Apache configuration, so that a refused request never has
@@ -32,7 +32,7 @@ pub enum Endpoint {
     NotFound,
 }
 
-/// Dispatch rule of contract §2: the well-known paths by `REQUEST_URI`, otherwise the last segment
+/// Dispatch rule of specification §2: the well-known paths by `REQUEST_URI`, otherwise the last segment
 /// of `SCRIPT_NAME` (of `SCRIPT_FILENAME` for an authorizer, which mod_fcgid gives no
 /// `SCRIPT_NAME`). Works with mod_fcgid (with or without `[PT]`), mod_proxy_fcgi, nginx and CGI.
 pub fn endpoint(req: &Request) -> Endpoint {

@@ -1,4 +1,4 @@
-//! `POST /upload.php` (contract §2.1): sweep → token → exactly one file part `fichier`, streamed
+//! `POST /upload.php` (specification §2.1): sweep → token → exactly one file part `fichier`, streamed
 //! to a temporary file with the size limit checked as bytes arrive → name → atomic publication →
 //! JSON reply → log line.
 
@@ -231,7 +231,7 @@ fn decode_ext_value(v: &[u8]) -> Option<Vec<u8>> {
 
 /// multer refused a part's header block, for instance because a header holds a byte no header
 /// may hold (NUL, another control byte, DEL). When the file name of the `fichier` part is what
-/// makes it fail, the answer is the name's (contract §2.1, §5: every rejected name is
+/// makes it fail, the answer is the name's (specification §2.1, §5: every rejected name is
 /// `nom_invalide`); otherwise the body is malformed.
 ///
 /// `recent` holds the last bytes handed to multer, the refused block among them: the blocks
@@ -292,7 +292,7 @@ fn multipart_error(e: multer::Error) -> ApiError {
     }
 }
 
-/// The success reply: the five fields of the contract, then `sha256`, `expire_a` and
+/// The success reply: the five fields of the specification, then `sha256`, `expire_a` and
 /// `expire_si_inactif_dans_secondes`.
 fn success(app: &App, name: &Name, p: &Published) -> Response {
     let max_age = app.cfg.duree_max_depot_secondes;

@@ -265,7 +265,7 @@ fn age(path: &Path, secs: u64) {
         .unwrap();
 }
 
-/// Contract §4 with `balayage_intervalle_min_ms = 0`: the sweep runs on literally every request,
+/// Specification §4 with `balayage_intervalle_min_ms = 0`: the sweep runs on literally every request,
 /// so an orphan (a file without sidecar, a sidecar without file) older than
 /// `duree_max_depot_secondes` is gone after the next request of any kind, even one that
 /// appeared outside an upload, right after a sweep that found nothing to remove.
@@ -349,7 +349,7 @@ fn an_upload_whose_body_the_web_server_dropped_is_a_413_naming_its_limit() {
     assert_eq!(s.upload("petit.bin", b"abc").status, 200);
 }
 
-/// Contract §9: the capacity (507) is checked after the size limit (413). An upload over
+/// Specification §9: the capacity (507) is checked after the size limit (413). An upload over
 /// `taille_max_fichier_octets` into a store that cannot take it either is a 413 whose message
 /// gives the limit; a file under the limit that the store cannot take is a 507.
 #[test]

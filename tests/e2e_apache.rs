@@ -40,7 +40,7 @@ fn percent_decode(s: &str) -> Vec<u8> {
     out
 }
 
-/// Upload `content` as `name`, check the reply against contract §2.1, download
+/// Upload `content` as `name`, check the reply against specification §2.1, download
 /// `url_telechargement` verbatim and check the bytes and headers of §2.2.
 fn round_trip(state: &State, name: &str, content: &[u8]) {
     let (_d, path) = local_file(name, content);

@@ -94,7 +94,7 @@ fn a_per_file_link_opens_that_upload_of_that_name_only() {
     assert_eq!(
         link,
         download(s, "devis%20dupont.docx", &cap),
-        "the link keeps the contract's shape"
+        "the link keeps the specification's shape"
     );
     let other = bytes(1000, 22);
     upload_link(s, "autre.txt", &other);
@@ -118,7 +118,7 @@ fn a_per_file_link_opens_that_upload_of_that_name_only() {
     assert_refused(&curl(&[&download(s, "absent.txt", &cap)]), "missing name");
     // A name that does not even parse: refused as a token, not as a name.
     assert_refused(&curl(&[&download(s, "", &cap)]), "empty name");
-    // With token_acces the empty name is still a 400 (the contract's order).
+    // With token_acces the empty name is still a 400 (the specification's order).
     let r = curl(&[&download(s, "", &s.token)]);
     assert_eq!(r.status, 400, "{}", r.text());
 
@@ -187,7 +187,7 @@ fn the_link_is_bound_to_the_sidecar_and_the_option_off_accepts_no_capability() {
         capability_from_sidecar(&on.state, "lie.txt")
     );
 
-    // Option off (the default): the links are the contract's, and even a genuine capability
+    // Option off (the default): the links are the specification's, and even a genuine capability
     // opens nothing.
     let off = Apache::start();
     let s = &off.state;

@@ -1,5 +1,5 @@
 //! The upload, download and metadata endpoints driven through the router, below the transport:
-//! every status of the contract's error table with its JSON body, the reply fields, expiry, the
+//! every status of the specification's error table with its JSON body, the reply fields, expiry, the
 //! sidecar, Range and HEAD.
 
 use std::fs;
@@ -245,7 +245,7 @@ async fn upload_reply_matches_the_contract_field_by_field() {
         &std::fs::read(e.root.join("files/.meta/devis dupont #1 & co+.docx.json")).unwrap(),
     )
     .unwrap();
-    // The contract's three fields, plus the inode of the file it was written for (how a mixed
+    // The three original fields, plus the inode of the file it was written for (how a mixed
     // pair of two versions of the same size is told apart, see `store::Sidecar`) and the
     // sub-second part of the depot time (what a per-file link is bound to, with the inode).
     assert_eq!(sc.as_object().unwrap().len(), 5);
@@ -591,7 +591,7 @@ async fn expiry_by_inactivity_removes_file_and_sidecar_at_any_request() {
     let e = env("duree_inactivite_secondes = 1\nbalayage_intervalle_min_ms = 0");
     let v = upload(&e.app, "a.txt", b"abc").await.json();
     upload(&e.app, "b.txt", b"abc").await;
-    // Integer-second clocks, as the contract's formula: > 1 s means 2 whole seconds.
+    // Integer-second clocks, as the specification's formula: > 1 s means 2 whole seconds.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     // A request about something else entirely sweeps both.
     get(&e.app, "GET", "fichier=zzz&token=bad", &[]).await;

@@ -1,5 +1,5 @@
 //! Hostile requests against the real binary (`depot-fichiers --config … --listen unix:…`), over
-//! FastCGI: one table, each row with its documented answer (contract §2, §6, §9; FastCGI protocol
+//! FastCGI: one table, each row with its documented answer (specification §2, §6, §9; FastCGI protocol
 //! errors close the connection). After every row the process must still be running and answer a
 //! normal request; at the end its peak memory must stay small.
 
@@ -195,7 +195,7 @@ fn json(r: &FcgiResponse) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", r.status, r.text()))
 }
 
-/// An upload/download error: status, JSON body with its code (contract §9).
+/// An upload/download error: status, JSON body with its code (specification §9).
 fn assert_api_error(row: &str, r: &FcgiResponse, status: u16, codes: &[&str]) {
     assert_eq!(r.status, status, "{row}: {}", r.text());
     let v = json(r);
@@ -459,7 +459,7 @@ const TABLE: &[Row] = &[
         "raw control byte (NUL, 0x01, 0x1f, DEL) in a quoted filename → 400 nom_invalide",
         |s| {
             // multer refuses such a part header whole; the answer is still the name's
-            // (contract §2.1, §5), after a text field and after 100 kB of another part too.
+            // (specification §2.1, §5), after a text field and after 100 kB of another part too.
             for byte in ['\0', '\x01', '\x1f', '\x7f'] {
                 let row = format!("control byte {:#04x}", byte as u32);
                 let bad = format!("form-data; name=\"fichier\"; filename=\"a{byte}b.txt\"");
@@ -657,7 +657,7 @@ const TABLE: &[Row] = &[
         },
     ),
     ("HEAD on every endpoint → the status, no body", |s| {
-        // The router drops the body of every HEAD answer, whatever the endpoint (contract §2).
+        // The router drops the body of every HEAD answer, whatever the endpoint (specification §2).
         for (script, status) in [
             ("/upload.php", 405),
             ("/mcp.php", 405),

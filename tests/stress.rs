@@ -1,4 +1,4 @@
-//! Concurrency stress (contract §4): many clients at once, for `DEPOT_STRESS_SECONDES` seconds
+//! Concurrency stress (specification §4): many clients at once, for `DEPOT_STRESS_SECONDES` seconds
 //! (default 60), mixing uploads of the same few names with different contents, whole and Range
 //! downloads and MCP base64 reads, while 1–2 s delays and `balayage_intervalle_min_ms = 0` make
 //! the sweeps delete files all the time. Run twice:
@@ -11,7 +11,7 @@
 //!   (sha256), never a mix or a truncation; a 206 is the announced slice of one version;
 //! - nothing stale: a version is never served once a later version of the same name was
 //!   published (upload replied) before the request started;
-//! - nothing expired, with the contract's whole-second clocks (expired when `now - t > delay`):
+//! - nothing expired, with the specification's whole-second clocks (expired when `now - t > delay`):
 //!   with `s` = the second the request started (the server's `now` is at least that), a version
 //!   deposited at `d` (from `expire_a`) must not be served when `s - d > duree_max_depot`, nor when
 //!   `s - floor(T) > duree_inactivite`, where `T` is the latest moment its mtime can have been set

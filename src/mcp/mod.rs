@@ -1,6 +1,6 @@
-//! `POST /mcp.php`: the dual-era MCP server (contract §6) — the HTTP side.
+//! `POST /mcp.php`: the dual-era MCP server (specification §6) — the HTTP side.
 //!
-//! Order of the checks (contract §6): sweep → `Origin` (403) → method (405 `Allow: POST`) →
+//! Order of the checks (specification §6): sweep → `Origin` (403) → method (405 `Allow: POST`) →
 //! authorization ([`crate::oauth`], 401/400/403/503) → body size (413) → JSON (-32700, 400) →
 //! JSON-RPC ([`protocol::dispatch`]). Stateless: no `Mcp-Session-Id` is ever minted or echoed,
 //! replies are `application/json` only (no SSE).

@@ -1,4 +1,4 @@
-//! The one tool, `recuperer_fichier` (contract §6): its definition for `tools/list` and the pure
+//! The one tool, `recuperer_fichier` (specification §6): its definition for `tools/list` and the pure
 //! logic of a `tools/call` — argument checks, result shapes of both eras, errors, log line.
 //!
 //! The store is reached through a [`FileSource`] closure so that everything here is testable

@@ -1,11 +1,11 @@
-//! Expiry verdicts (contract §4): pure functions of the clocks, the sidecar and the file's
+//! Expiry verdicts (specification §4): pure functions of the clocks, the sidecar and the file's
 //! metadata. The store reads the filesystem; this module only decides.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Sidecar;
 
-/// Whole seconds since the epoch (the contract's clocks are PHP's `time()` and `filemtime()`).
+/// Whole seconds since the epoch (the specification's clocks are PHP's `time()` and `filemtime()`).
 pub fn now_secs() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -51,7 +51,7 @@ impl FileFacts {
     }
 }
 
-/// The two delays of the contract, in seconds.
+/// The two delays of the specification, in seconds.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Lifetimes {
     /// `duree_max_depot_secondes`: from the upload, whatever happens.
@@ -67,7 +67,7 @@ impl Lifetimes {
         (depot + self.max_age).min(mtime + self.max_idle)
     }
 
-    /// Contract §4: expired by age or by inactivity.
+    /// Specification §4: expired by age or by inactivity.
     pub fn expired(&self, depot: i64, mtime: i64, now: i64) -> bool {
         now - depot > self.max_age || now - mtime > self.max_idle
     }
@@ -82,7 +82,7 @@ impl Lifetimes {
         mtime + self.max_age
     }
 
-    /// Orphans go once their mtime is older than `duree_max_depot_secondes` (contract §4). An
+    /// Orphans go once their mtime is older than `duree_max_depot_secondes` (specification §4). An
     /// mtime in the future (written by a node whose clock is ahead) is a negative age: young.
     pub fn orphan(&self, mtime: i64, now: i64) -> Verdict {
         if now - mtime > self.max_age {
@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn the_limits_are_strict_inequalities_in_whole_seconds() {
-        // Contract: `time() - depot > max_age`, `time() - filemtime() > max_idle`.
+        // Specification §4: `time() - depot > max_age`, `time() - filemtime() > max_idle`.
         assert!(!L.expired(1000, 1000, 1010));
         assert!(L.expired(1000, 1000, 1011));
         assert!(!L.expired(1000, 1095, 1100));

@@ -1,4 +1,4 @@
-//! The store: stored files, their sidecars, expiry, the sweep and atomic publication (contract §4).
+//! The store: stored files, their sidecars, expiry, the sweep and atomic publication (specification §4).
 //!
 //! Layout of `dossier_fichiers`:
 //! - `<name>`: a stored file; its mtime is the "last download" clock;
@@ -11,7 +11,7 @@
 //!
 //! Rooms: this file holds the layout and [`Store`] (the folders' descriptors, paths, opening);
 //! `lock.rs` the store lock as a guard, shared or exclusive; `expiry.rs` the verdicts of
-//! contract §4 (pure functions); `sweep.rs` the sweep; `lookup.rs` the file a request is about;
+//! specification §4 (pure functions); `sweep.rs` the sweep; `lookup.rs` the file a request is about;
 //! `publish.rs` uploads, the sidecar write and the two renames.
 //!
 //! Concurrency (several processes, any of which can be SIGKILLed):
@@ -78,7 +78,7 @@ const ALIAS_LIFE_SECS: i64 = 60;
 pub struct Sidecar {
     /// The stored (sanitised) name.
     pub nom_original: String,
-    /// Upload time, in seconds since the epoch (the age clock of contract §4).
+    /// Upload time, in seconds since the epoch (the age clock of specification §4).
     pub depot_timestamp: i64,
     /// Size of the stored file in bytes.
     pub taille_octets: u64,
@@ -260,7 +260,7 @@ fn is_absent(e: &io::Error) -> bool {
 }
 
 /// Sets the mtime of an opened stored file to now, its atime untouched: the "last download"
-/// clock of contract §4, on the inode that was served, whatever its name has become since (an
+/// clock of specification §4, on the inode that was served, whatever its name has become since (an
 /// unlinked file is touched harmlessly). An explicit time, not `UTIME_NOW`: letting the kernel
 /// read its clock saves one clock read, but showed no gain in A/B passes (docs/PERFORMANCE.md
 /// §9.7).

@@ -43,7 +43,7 @@ pub struct Upload<'s> {
     capacity: u64,
     /// Why the store cannot take this upload (disk full, or the file alone over the capacity),
     /// once known. The rest of the body is then counted, not written: the size limit is checked
-    /// before the capacity (contract §9), so the refusal waits for the end of the file or for
+    /// before the capacity (specification §9), so the refusal waits for the end of the file or for
     /// `taille_max_fichier_octets`, whichever comes first.
     full: Option<String>,
 }
@@ -156,7 +156,7 @@ impl Upload<'_> {
             return Err(StoreError::Full(why));
         }
         let file = self.file.take().expect("upload already published");
-        // mtime = the publication time: "never downloaded" counts from the upload (contract §4).
+        // mtime = the publication time: "never downloaded" counts from the upload (specification §4).
         let published_at = SystemTime::now();
         file.set_modified(published_at)?;
         file.sync_all()?;

@@ -1,4 +1,4 @@
-//! The sweep every request begins with (contract §4): expired files, old orphans and dead
+//! The sweep every request begins with (specification §4): expired files, old orphans and dead
 //! writers' temporaries removed, at most once per `balayage_intervalle_min_ms` across processes.
 
 use std::collections::HashSet;
@@ -37,7 +37,7 @@ impl Store {
     /// The sweep every request begins with: a full sweep unless another process finished one less
     /// than `balayage_intervalle_min_ms` ago or is running one now.
     ///
-    /// With an interval of 0 (the contract's literal "sweep on every request") every request
+    /// With an interval of 0 (the specification's literal "sweep on every request") every request
     /// reads the whole store: the deadline marker only knows about the files that uploads
     /// published, not about those that appear otherwise (a file or a sidecar copied or left in
     /// the folder by hand), and 0 promises that those go at the next request too.

@@ -478,7 +478,7 @@ fn limits() {
     assert!(tmp.iter().all(|n| !n.ends_with(".part")), "{tmp:?}");
 }
 
-/// Contract §9: the capacity (507) is checked after the size limit (413). A file that alone
+/// Specification §9: the capacity (507) is checked after the size limit (413). A file that alone
 /// exceeds the capacity is counted, not written, until it ends (507) or passes the size limit
 /// (413).
 #[test]

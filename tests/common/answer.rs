@@ -56,7 +56,7 @@ impl Answer {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
     }
 
-    /// A refusal of the contract: this status, `succes: false`, this `erreur` code, a message.
+    /// A refusal of the specification: this status, `succes: false`, this `erreur` code, a message.
     pub fn assert_error(&self, status: u16, code: &str) {
         assert_eq!(self.status, status, "{}", self.text());
         let v = self.json();

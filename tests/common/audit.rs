@@ -1,4 +1,4 @@
-//! Secrets audit (contract §8): every test fixture registers the secrets it configures or sends
+//! Secrets audit (specification §8): every test fixture registers the secrets it configures or sends
 //! (`token_acces`, `oauth_client_secret`, bearer tokens), keeps a copy of the log folders its
 //! servers wrote, and records the error bodies it received. Everything lands in
 //! `<target>/audit-secrets/<test binary>-<pid>/`:
@@ -71,7 +71,7 @@ pub fn secret(s: &str) {
 
 /// Records an answer's body when it is an error: a non-2xx answer, a JSON-RPC error or a tool
 /// error. In a JSON-RPC batch only the error members are kept: a successful `recuperer_fichier`
-/// carries the token in its link by design (contract §2.1), so it is no leak.
+/// carries the token in its link by design (specification §2.1), so it is no leak.
 pub fn body(origin: &str, status: u16, body: &[u8]) {
     if body.is_empty() {
         return;

@@ -182,7 +182,7 @@ pub struct State {
 impl State {
     /// `extra` are TOML `key = value` pairs (value already TOML-encoded) that replace the
     /// template's line for that key or are appended. The template turns `liens_par_fichier` on
-    /// for `apache/demo`; tests keep the contract's links (the default, off) unless `extra` asks.
+    /// for `apache/demo`; tests keep the specification's links (the default, off) unless `extra` asks.
     pub fn new(port: u16, extra: &[(&str, &str)]) -> State {
         let dir = tempfile::Builder::new()
             .prefix("depot-fichiers-e2e.")

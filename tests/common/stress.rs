@@ -743,7 +743,7 @@ fn analyse(h: &mut History, check_lost: bool, down: &[Option<f64>]) {
 }
 
 /// A version of `m`'s name whose upload had replied before `m` began and that no expiry can
-/// explain away before `m` ended: with the contract's whole-second clocks, the server's `now` is
+/// explain away before `m` ended: with the specification's whole-second clocks, the server's `now` is
 /// at most `floor(m.end)`, the deposit second `d` is exact, and its mtime (or that of any later
 /// version, which replaced it) is at least the upload's start, so it cannot be expired when
 /// `floor(m.end) - d <= duree_max_depot` and `floor(m.end) - floor(start) <= duree_inactivite`.

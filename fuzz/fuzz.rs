@@ -595,6 +595,7 @@ fn t_jsonrpc(data: &[u8]) -> String {
             url_base: "https://depot.example.org",
             token_acces: TOKEN,
             liens_par_fichier: false,
+            deletion_delays: "10 minutes sans téléchargement, ou 1h maximum après le dépôt",
         },
         instructions: "instructions",
     };

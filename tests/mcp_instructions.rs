@@ -88,3 +88,44 @@ fn instructions_tell_the_configured_delays_in_both_eras() {
         );
     }
 }
+
+/// The message for a missing or expired file tells this deployment's delays too, in both eras
+/// (a -32000 error up to 2025-11-25, an `isError` result in 2026-07-28), not the defaults.
+#[test]
+fn the_missing_file_message_tells_the_configured_delays() {
+    let s = Server::start("duree_inactivite_secondes = 90\nduree_max_depot_secondes = 5400");
+    let call = common::tools_call(3, json!({"nom_fichier": "absent.txt"}));
+    let legacy = s.mcp(&[("HTTP_MCP_PROTOCOL_VERSION", "2025-06-18")], &call);
+    let legacy = legacy["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut modern_call = call.clone();
+    modern_call["params"]["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let modern = s.mcp(
+        &[
+            ("HTTP_MCP_PROTOCOL_VERSION", "2026-07-28"),
+            ("HTTP_MCP_METHOD", "tools/call"),
+            ("HTTP_MCP_NAME", "recuperer_fichier"),
+        ],
+        &modern_call,
+    );
+    assert_eq!(modern["result"]["isError"], true, "{modern}");
+    let modern = modern["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for text in [legacy, modern] {
+        assert!(text.contains("« absent.txt »"), "{text}");
+        assert!(
+            text.contains("90 secondes sans téléchargement, ou 1h30 maximum après le dépôt"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("10 minutes") && !text.contains("1 heure"),
+            "{text}"
+        );
+    }
+}

@@ -297,11 +297,13 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
     };
     drop(body);
     let headers = mcp_headers(req);
+    let delays = crate::consignes::deletion_delays(cfg);
     let ctx = Ctx {
         tool: ToolCtx {
             url_base: &cfg.url_base,
             token_acces: &cfg.token_acces,
             liens_par_fichier: cfg.liens_par_fichier,
+            deletion_delays: &delays,
         },
         instructions: &crate::consignes::mcp_instructions(cfg),
     };

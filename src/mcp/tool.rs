@@ -91,6 +91,9 @@ pub struct ToolCtx<'a> {
     pub token_acces: &'a str,
     /// `liens_par_fichier`: links carry the upload's capability instead of `token_acces`.
     pub liens_par_fichier: bool,
+    /// When files are erased, in this deployment's delays ([`crate::consignes::deletion_delays`]),
+    /// for the message of a missing file.
+    pub deletion_delays: &'a str,
 }
 
 /// The tool object of `tools/list`; `title` and `outputSchema` exist from 2025-06-18 on.
@@ -279,7 +282,8 @@ pub fn call(
         FileOutcome::Missing => shape(
             version,
             Failure::Business(format!(
-                "Fichier introuvable ou expiré : « {name} ». Les fichiers sont effacés 10 minutes après le dernier téléchargement et au plus tard 1 heure après le dépôt ; le déposer à nouveau avec upload.php."
+                "Fichier introuvable ou expiré : « {name} ». Les fichiers sont effacés automatiquement ({}) ; le déposer à nouveau avec upload.php.",
+                ctx.deletion_delays
             )),
             Some(refused_line(&format!("{head} — introuvable ou expiré"))),
         ),

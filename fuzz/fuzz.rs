@@ -470,11 +470,11 @@ fn check_name(name: &Name) {
     let url = names::download_url("https://d.example", name, TOKEN);
     let query = url.split_once('?').unwrap().1;
     assert_eq!(
-        names::query_param(query.as_bytes(), "fichier").as_deref(),
+        depot_fichiers::http::query_param(query.as_bytes(), "fichier").as_deref(),
         Some(s.as_bytes())
     );
     assert_eq!(
-        names::query_param(query.as_bytes(), "token").as_deref(),
+        depot_fichiers::http::query_param(query.as_bytes(), "token").as_deref(),
         Some(TOKEN.as_bytes())
     );
     // Content-Disposition: one line, and the quoted fallback holds no quote nor backslash.
@@ -499,7 +499,7 @@ fn t_names(data: &[u8]) -> String {
         Err(e) => format!("{e:?}"),
     };
     // The bytes as a query string.
-    let via_query = match names::query_param(data, "fichier") {
+    let via_query = match depot_fichiers::http::query_param(data, "fichier") {
         None => "absent".to_string(),
         Some(raw) => match Name::parse(&raw) {
             Ok(n) => {

@@ -6,10 +6,10 @@
 
 use crate::app::{App, token_matches};
 use crate::error::ApiError;
-use crate::http::{Request, Response, ResponseBody};
+use crate::http::{OnceSent, Request, Response, ResponseBody};
 use crate::liens::{self, UploadId};
 use crate::log::quoted;
-use crate::names::{Name, query_param};
+use crate::names::Name;
 use crate::store::{Found, now_secs};
 
 /// Handles one download; every outcome is logged.
@@ -37,7 +37,8 @@ pub fn handle(app: &App, req: &Request) -> Response {
             resp
         }
         Err(e) => {
-            let name = query_param(req.query(), "fichier")
+            let name = req
+                .query_param("fichier")
                 .map(|n| format!(" \"{}\"", quoted(n)))
                 .unwrap_or_default();
             app.log.refused(&format!(
@@ -56,8 +57,8 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
     if method != "GET" && method != "HEAD" {
         return Err(ApiError::MethodeNonAutorisee("GET, HEAD"));
     }
-    let token = query_param(req.query(), "token").unwrap_or_default();
-    let raw = query_param(req.query(), "fichier").unwrap_or_default();
+    let token = req.query_param("token").unwrap_or_default();
+    let raw = req.query_param("fichier").unwrap_or_default();
     let (name, link) = authorise(app, &token, &raw)?;
     let found = app
         .store
@@ -120,7 +121,11 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         file: found.file,
         offset,
         len,
-        touch_when_sent: touch,
+        once_sent: if touch {
+            OnceSent::Touch
+        } else {
+            OnceSent::Leave
+        },
     };
     Ok((name, resp, shown))
 }

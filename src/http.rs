@@ -254,6 +254,50 @@ impl Request {
     pub fn query(&self) -> &[u8] {
         self.params.get_bytes("QUERY_STRING").unwrap_or(b"")
     }
+
+    /// One parameter of the query string, decoded as PHP's `$_GET` does ([`query_param`]).
+    pub fn query_param(&self, key: &str) -> Option<Cow<'_, [u8]>> {
+        query_param(self.query(), key)
+    }
+}
+
+/// Decodes a query string as PHP's `$_GET` does for plain keys: `&`-separated pairs, `+` as space,
+/// percent-decoding, and for a repeated key the last value wins. Values stay raw bytes (they may
+/// not be UTF-8; the name choke point decides).
+pub fn query_param<'a>(query: &'a [u8], key: &str) -> Option<Cow<'a, [u8]>> {
+    let mut found = None;
+    for pair in query.split(|&b| b == b'&') {
+        if pair.is_empty() {
+            continue;
+        }
+        let (k, v) = match pair.iter().position(|&b| b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, &b""[..]),
+        };
+        // A key without `%` nor `+` decodes to itself: compared without building it.
+        let same = if k.iter().any(|&b| b == b'%' || b == b'+') {
+            *form_decode(k) == *key.as_bytes()
+        } else {
+            k == key.as_bytes()
+        };
+        if same {
+            found = Some(v);
+        }
+    }
+    found.map(form_decode)
+}
+
+/// `application/x-www-form-urlencoded` decoding of one component, to bytes (borrowed when
+/// nothing needs decoding).
+fn form_decode(s: &[u8]) -> Cow<'_, [u8]> {
+    if !s.iter().any(|&b| b == b'%' || b == b'+') {
+        return Cow::Borrowed(s);
+    }
+    let plus: Vec<u8> = s
+        .iter()
+        .map(|&b| if b == b'+' { b' ' } else { b })
+        .collect();
+    Cow::Owned(percent_encoding::percent_decode(&plus).collect())
 }
 
 /// The variable the shipped Apache configuration sets to the request's `Content-Length` (see
@@ -288,8 +332,6 @@ pub enum ResponseBody {
     /// A small body held in memory; `Content-Length` is added by [`write_response`].
     Bytes(Vec<u8>),
     /// `len` bytes of an open file from `offset`; `Content-Length` is added by [`write_response`].
-    /// When every byte has been handed to the web server, the file's mtime is set to now if
-    /// `touch_when_sent` (the "last download" clock of the specification, §2.2).
     File {
         /// The open file.
         file: File,
@@ -297,8 +339,8 @@ pub enum ResponseBody {
         offset: u64,
         /// Number of bytes sent.
         len: u64,
-        /// Whether the file's last-download time is set once everything is sent.
-        touch_when_sent: bool,
+        /// What is done to the file once every byte has been handed to the web server.
+        once_sent: OnceSent,
     },
     /// Text and base64-encoded files, in order (a JSON reply whose base64 strings are spliced in
     /// while it is written); `Content-Length` is added by [`write_response`].
@@ -558,20 +600,30 @@ pub fn render_small(resp: Response, out: &mut Vec<u8>) -> io::Result<()> {
             file,
             offset,
             len,
-            touch_when_sent,
+            once_sent,
         } => {
             read_file_into(&file, offset, len, out)?;
-            touch_if(&file, touch_when_sent);
+            once_sent.apply(&file);
             Ok(())
         }
     }
 }
 
-/// Once a file's bytes are all handed over: sets its mtime to now if `touch` (the "last
-/// download" clock, [`crate::store::touch`]).
-fn touch_if(file: &File, touch: bool) {
-    if touch {
-        let _ = crate::store::touch(file);
+/// What is done to a sent file once all its bytes are handed to the web server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnceSent {
+    /// Its mtime is set to now: the "last download" clock (specification §2.2,
+    /// [`crate::store::touch`]). A GET (200 or 206).
+    Touch,
+    /// Nothing: a transfer that does not count as a download.
+    Leave,
+}
+
+impl OnceSent {
+    fn apply(self, file: &File) {
+        if self == OnceSent::Touch {
+            let _ = crate::store::touch(file);
+        }
     }
 }
 
@@ -620,11 +672,11 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
             file,
             offset,
             len,
-            touch_when_sent,
+            once_sent,
         } => {
             send_file_range(&file, offset, len, out).await?;
             out.flush().await?;
-            touch_if(&file, touch_when_sent);
+            once_sent.apply(&file);
             return Ok(());
         }
         ResponseBody::Parts(parts) => send_parts(&parts, out).await?,
@@ -681,6 +733,30 @@ async fn send_file_range<W: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
 
+    #[test]
+    fn php_get_semantics() {
+        assert_eq!(
+            query_param(b"fichier=a+b%20c", "fichier").unwrap().as_ref(),
+            b"a b c"
+        );
+        assert_eq!(
+            query_param(b"fichier=1&fichier=2", "fichier")
+                .unwrap()
+                .as_ref(),
+            b"2"
+        );
+        assert_eq!(query_param(b"fichier", "fichier").unwrap().as_ref(), b"");
+        assert_eq!(query_param(b"x=1", "fichier"), None);
+        assert_eq!(
+            query_param(b"fichier=%ff", "fichier").unwrap().as_ref(),
+            b"\xff"
+        );
+        assert_eq!(
+            query_param(b"fich%69er=z", "fichier").unwrap().as_ref(),
+            b"z"
+        );
+    }
+
     /// The in-memory rendering of the fast path writes exactly what [`write_response`] writes,
     /// and touches a downloaded file the same way.
     #[tokio::test]
@@ -690,7 +766,7 @@ mod tests {
         let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &data).unwrap();
         let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
-        let file = |touch: bool| {
+        let file = |touch: OnceSent| {
             let f = File::open(&path).unwrap();
             File::options()
                 .write(true)
@@ -711,13 +787,13 @@ mod tests {
             ),
             (
                 Box::new(move || {
-                    let (f, touch) = file(true);
+                    let (f, touch) = file(OnceSent::Touch);
                     let mut r = Response::new(200).header("ETag", format!("\"{}\"", 7));
                     r.body = ResponseBody::File {
                         file: f,
                         offset: 0,
                         len: 20_000,
-                        touch_when_sent: touch,
+                        once_sent: touch,
                     };
                     r
                 }),
@@ -725,20 +801,20 @@ mod tests {
             ),
             (
                 Box::new(move || {
-                    let (f, touch) = file(false);
+                    let (f, touch) = file(OnceSent::Leave);
                     let mut r = Response::new(206);
                     r.body = ResponseBody::File {
                         file: f,
                         offset: 5,
                         len: 10,
-                        touch_when_sent: touch,
+                        once_sent: touch,
                     };
                     r
                 }),
                 false,
             ),
         ];
-        drop(file(false));
+        drop(file(OnceSent::Leave));
         for (make, touched) in responses {
             let mut streamed = Vec::new();
             write_response(make(), &mut streamed).await.unwrap();
@@ -762,7 +838,7 @@ mod tests {
             file: File::open(&path).unwrap(),
             offset: 19_990,
             len: 20,
-            touch_when_sent: false,
+            once_sent: OnceSent::Leave,
         };
         let e = render_small(r, &mut tail).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);

@@ -4,7 +4,6 @@
 //!
 //! [`Name::parse`] is the only constructor of [`Name`]; the store builds paths from a [`Name`] only.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -187,45 +186,6 @@ pub fn download_url(url_base: &str, name: &Name, token: &str) -> String {
     )
 }
 
-/// Decodes a query string as PHP's `$_GET` does for plain keys: `&`-separated pairs, `+` as space,
-/// percent-decoding, and for a repeated key the last value wins. Values stay raw bytes (they may
-/// not be UTF-8; the name choke point decides).
-pub fn query_param<'a>(query: &'a [u8], key: &str) -> Option<Cow<'a, [u8]>> {
-    let mut found = None;
-    for pair in query.split(|&b| b == b'&') {
-        if pair.is_empty() {
-            continue;
-        }
-        let (k, v) = match pair.iter().position(|&b| b == b'=') {
-            Some(i) => (&pair[..i], &pair[i + 1..]),
-            None => (pair, &b""[..]),
-        };
-        // A key without `%` nor `+` decodes to itself: compared without building it.
-        let same = if k.iter().any(|&b| b == b'%' || b == b'+') {
-            *form_decode(k) == *key.as_bytes()
-        } else {
-            k == key.as_bytes()
-        };
-        if same {
-            found = Some(v);
-        }
-    }
-    found.map(form_decode)
-}
-
-/// `application/x-www-form-urlencoded` decoding of one component, to bytes (borrowed when
-/// nothing needs decoding).
-fn form_decode(s: &[u8]) -> Cow<'_, [u8]> {
-    if !s.iter().any(|&b| b == b'%' || b == b'+') {
-        return Cow::Borrowed(s);
-    }
-    let plus: Vec<u8> = s
-        .iter()
-        .map(|&b| if b == b'+' { b' ' } else { b })
-        .collect();
-    Cow::Owned(percent_encoding::percent_decode(&plus).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,12 +294,13 @@ mod tests {
             for forbidden in [' ', '#', '"', '+'] {
                 assert!(!query.contains(forbidden), "{url}");
             }
-            let back = query_param(query.as_bytes(), "fichier").unwrap();
+            let (fichier, token) = query.split_once('&').unwrap();
+            let back: Vec<u8> = percent_encoding::percent_decode(
+                fichier.strip_prefix("fichier=").unwrap().as_bytes(),
+            )
+            .collect();
             assert_eq!(back, n.as_bytes(), "{url}");
-            assert_eq!(
-                query_param(query.as_bytes(), "token").unwrap().as_ref(),
-                b"tok_en"
-            );
+            assert_eq!(token, "token=tok_en");
         }
     }
 
@@ -368,30 +329,6 @@ mod tests {
         assert!(
             name.content_disposition()
                 .starts_with("attachment; filename=\"____a\"; ")
-        );
-    }
-
-    #[test]
-    fn php_get_semantics() {
-        assert_eq!(
-            query_param(b"fichier=a+b%20c", "fichier").unwrap().as_ref(),
-            b"a b c"
-        );
-        assert_eq!(
-            query_param(b"fichier=1&fichier=2", "fichier")
-                .unwrap()
-                .as_ref(),
-            b"2"
-        );
-        assert_eq!(query_param(b"fichier", "fichier").unwrap().as_ref(), b"");
-        assert_eq!(query_param(b"x=1", "fichier"), None);
-        assert_eq!(
-            query_param(b"fichier=%ff", "fichier").unwrap().as_ref(),
-            b"\xff"
-        );
-        assert_eq!(
-            query_param(b"fich%69er=z", "fichier").unwrap().as_ref(),
-            b"z"
         );
     }
 }

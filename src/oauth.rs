@@ -314,17 +314,7 @@ pub fn check_introspection(
 
 /// `application/x-www-form-urlencoded` encoding (RFC 6749 §2.3.1 for client credentials).
 fn form_urlencode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-                out.push(b as char)
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 /// The `Authorization: Basic …` value of this server's own confidential client.

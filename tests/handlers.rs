@@ -591,8 +591,9 @@ async fn expiry_by_inactivity_removes_file_and_sidecar_at_any_request() {
     let e = env("duree_inactivite_secondes = 1\nbalayage_intervalle_min_ms = 0");
     let v = upload(&e.app, "a.txt", b"abc").await.json();
     upload(&e.app, "b.txt", b"abc").await;
-    // Integer-second clocks, as the specification's formula: > 1 s means 2 whole seconds.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // Last downloaded (here: uploaded) 10 s ago, ten times the delay: both have expired.
+    set_mtime_ago(&e.root.join("files/a.txt"), 10);
+    set_mtime_ago(&e.root.join("files/b.txt"), 10);
     // A request about something else entirely sweeps both.
     get(&e.app, "GET", "fichier=zzz&token=bad", &[]).await;
     assert!(!e.root.join("files/a.txt").exists());

@@ -1,4 +1,4 @@
-//! The store's folders are not trusted as found (review of issue 9, item 5), through the real
+//! The store's folders are not trusted as found, through the real
 //! binary behind a private Apache: a folder writable by others is tightened to 0700, a folder
 //! replaced by a symbolic link is refused at start-up and by `check-config`, and a long-lived
 //! `--listen` process whose folders or files are swapped for symbolic links afterwards neither
@@ -41,7 +41,7 @@ fn give_to_store_owner(state: &State, p: &Path) {
 }
 
 /// A folder outside the store, the servers' user's, holding `notes.json`, two hours old: what
-/// the review's sweep deleted as an "orphan" sidecar.
+/// a sweep that trusted the folder would delete as an "orphan" sidecar.
 fn foreign_folder(state: &State) -> std::path::PathBuf {
     let foreign = state.root.join("etranger");
     fs::create_dir(&foreign).unwrap();
@@ -129,7 +129,7 @@ fn a_meta_folder_that_is_a_symlink_is_refused_at_start_and_by_check_config() {
         "{out}"
     );
 
-    // The review's attack: `depot-fichiers sweep` deleted the foreign two-hour-old file.
+    // The attack: `depot-fichiers sweep` run on a swapped folder must not delete the foreign two-hour-old file.
     let o = run(s, &["sweep"]);
     let out = text(&o);
     assert!(!o.status.success(), "{out}");
@@ -253,7 +253,7 @@ fn lock_markers_and_log_swapped_for_symlinks_leave_the_foreign_file_alone() {
 
 /// A pair whose sidecar names another inode (a writer killed between its two renames, or what a
 /// node with a stale cache of a shared filesystem sees: the old file next to the new sidecar,
-/// issue 12) answers 404, and is not deleted on that sight by the download nor by the sweeps:
+/// answers 404, and is not deleted on that sight by the download nor by the sweeps:
 /// only as an orphan, once both halves are older than `duree_max_depot_secondes`.
 #[test]
 fn a_mismatched_pair_answers_404_and_goes_only_once_older_than_the_age_limit() {
@@ -283,7 +283,9 @@ fn a_mismatched_pair_answers_404_and_goes_only_once_older_than_the_age_limit() {
         "a young mismatched pair was deleted on sight"
     );
 
-    std::thread::sleep(Duration::from_millis(4200));
+    // Both halves older than duree_max_depot_secondes (3 s): an old orphan now.
+    set_age(&file, 10);
+    set_age(&sidecar, 10);
     assert_eq!(curl(&[&download_url(s, "autre.txt")]).status, 404);
     assert!(
         !file.exists() && !sidecar.exists(),

@@ -626,7 +626,7 @@ oauth_client_secret = "s3cr3t-s3cr3t"
     }
 
     /// Every integer key: min-1 and max+1 refused with the key and the range named, min and max
-    /// accepted; and every integer key of [`KEYS`] has bounds.
+    /// accepted; and every integer key of [`BOUNDS`] has bounds.
     #[test]
     fn every_integer_key_is_bounded() {
         let with = |key: &str, v: &str| parse(&format!("{MINIMAL}\n{key} = {v}"));
@@ -647,7 +647,7 @@ oauth_client_secret = "s3cr3t-s3cr3t"
             let e = with(key, &(max + 1).to_string()).unwrap_err();
             assert_eq!(e.key.as_deref(), Some(key), "{key} = {}", max + 1);
             assert!(e.message.contains(&format!("de {min} à {max}")), "{e}");
-            // Near i64::MAX (the review's wrapping `duree_*`).
+            // Near i64::MAX: a `duree_*` that would wrap the expiry arithmetic.
             let e = with(key, &(i64::MAX - 5).to_string()).unwrap_err();
             assert_eq!(e.key.as_deref(), Some(key));
         }

@@ -1,4 +1,4 @@
-//! `check-config` on a store shared through JuiceFS (issue 12; docs/DEPLOIEMENT.md, « Plusieurs
+//! `check-config` on a store shared through JuiceFS (docs/DEPLOIEMENT.md, « Plusieurs
 //! serveurs »), against real mounts of one private volume (`tests/common/juicefs.rs`): a
 //! warning on stderr that `dossier_fichiers` is on a FUSE filesystem, and, read from the
 //! mount's own `.config`, one warning per unsafe setting (caches not at 0, heartbeat, trash at

@@ -501,7 +501,7 @@ fn private_apache_started_as_root_touches_only_root_files() {
 
 /// Large uploads in CGI mode: Apache hands the body to the program as fast as it comes, so the
 /// multipart parser often holds file data it has not handed back yet; that must never be taken for
-/// endless part headers (issue 9, item 9).
+/// endless part headers.
 #[test]
 fn large_uploads_as_plain_cgi_under_mod_cgid() {
     let a = Apache::with(Mode::Cgi, &[]);

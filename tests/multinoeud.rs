@@ -1,4 +1,4 @@
-//! Several nodes sharing one store on JuiceFS (issue 12; docs/DEPLOIEMENT.md, "Plusieurs
+//! Several nodes sharing one store on JuiceFS (docs/DEPLOIEMENT.md, "Plusieurs
 //! serveurs"): one private JuiceFS volume mounted twice on this machine (two clients = two
 //! nodes, `tests/common/juicefs.rs`, with the mount options the store requires), one instance
 //! of the real program per mount (`--listen tcp:127.0.0.1:…`, FastCGI), `dossier_fichiers` in
@@ -10,7 +10,7 @@
 //! version once a later one was acknowledged on EITHER node, nothing served past its expiry,
 //! no 5xx, nothing left after expiry): no acknowledged upload lost — a read answered "missing"
 //! while some version of that name had been acknowledged before it began and cannot have
-//! expired yet is a violation (the failure a stale JuiceFS cache caused, issue 12).
+//! expired yet is a violation (the failure a stale JuiceFS cache causes).
 //!
 //! `DEPOT_MULTINOEUD_SECONDES` (30) sets the duration, `DEPOT_MULTINOEUD_CLIENTS` (8) the number
 //! of client threads.
@@ -205,7 +205,7 @@ fn longest_silence(t: &[Timing], node: usize, from: f64, to: f64) -> f64 {
 }
 
 /// Two nodes, the stress on both: 0 violations expected with the mount options of
-/// `common::juicefs::MOUNT_OPTIONS` (the trial of issue 12 found 0 in three runs).
+/// `common::juicefs::MOUNT_OPTIONS` (0 such windows in three trial runs).
 #[test]
 fn deux_noeuds_juicefs() {
     let jfs = JuiceFs::start(2);
@@ -300,7 +300,7 @@ const LOCK_WAIT_BOUND: Duration =
 /// seconds in which the surviving node must publish again.
 const AFTER_KILL_SECS: u64 = 18;
 
-/// Issue 12: kill -9 one node's JuiceFS client mid-run while its node holds the store lock. The
+/// kill -9 one node's JuiceFS client mid-run while its node holds the store lock. The
 /// dead client's `flock` on `.tmp/verrou` stays held in Redis until its session expires; the
 /// other node keeps answering all along: no request of node 1 takes longer than
 /// [`LOCK_WAIT_BOUND`] (503 + Retry-After, the MCP tool's "busy" error, "balayage sauté" in the

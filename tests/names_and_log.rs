@@ -1,4 +1,4 @@
-//! Review of issue 9, item 7, through the real binary: a name cannot forge log fields (a), names
+//! Through the real binary: a name cannot forge log fields (a), names
 //! holding Unicode bidirectional controls or line separators are refused everywhere (b), and an
 //! absurd numeric value in the configuration stops the program with the key named (c).
 

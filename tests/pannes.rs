@@ -466,7 +466,7 @@ fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
 /// process: after the first request's wait ran out, the next ones of the same process answer
 /// without waiting it again (a process serves its requests one after the other, so the waits
 /// added up: a dead JuiceFS client's lock held every request of a node for its whole session
-/// expiry, issue 12). Once the holder dies, everything works again.
+/// expiry). Once the holder dies, everything works again.
 #[test]
 fn lock_held_too_long_answers_503_then_recovers() {
     let faulty = faulty_binary();

@@ -1,4 +1,4 @@
-//! The binary run as a CGI script, attacked the way a client can attack a CGI program (issue 9):
+//! The binary run as a CGI script, attacked the way a client can attack a CGI program:
 //! options smuggled in argv through an `=`-less query string, a proxy smuggled in the environment
 //! (httpoxy), and request bodies that arrive faster than they are parsed. Both directly (the
 //! binary with a hostile argv and environment, body from a pipe) and through a real Apache under
@@ -512,7 +512,7 @@ fn uploads_fed_from_a_pipe_at_full_speed_are_stored_whole() {
 // Through a real Apache.
 // ---------------------------------------------------------------------------------------------
 
-/// The review's reproductions, as HTTP requests.
+/// The attacks, as HTTP requests.
 fn query_string_attacks(mode: Mode) {
     let a = Apache::with(mode, &[("balayage_intervalle_min_ms", "0")]);
     let conf = std::fs::read_to_string(a.state.root.join("apache.conf")).unwrap();

@@ -116,7 +116,7 @@ impl Lifetimes {
             },
             // Unreadable sidecar, or the sidecar of another version: a writer killed between
             // its two renames, or a stale cache of a shared filesystem showing the old file next
-            // to the new sidecar (issue 12: a node deleted fresh uploads on that sight). Never
+            // to the new sidecar (a node that removed pairs on that sight deleted fresh uploads). Never
             // served, and removed only as an orphan, its age taken from the newer half: a
             // fresh half of a pair is never taken away.
             _ => self.orphan(file.mtime.max(sidecar_mtime), now),

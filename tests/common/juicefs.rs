@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use super::{Guard, free_port, repo, wait_port};
 
 /// The `juicefs mount` options the store requires: no kernel or client cache of entries,
-/// attributes or negative lookups (a stale cache made a node delete a fresh upload, issue 12),
+/// attributes or negative lookups (a stale cache made a node delete a fresh upload),
 /// a dead client's session (and its locks) expiring after ≈ 10 s, no usage report sent out, no
 /// metadata backup written into the volume.
 pub const MOUNT_OPTIONS: &[&str] = &[

@@ -71,9 +71,11 @@ pub fn secret(s: &str) {
 
 /// Records an answer's body when it is an error: a non-2xx answer, a JSON-RPC error or a tool
 /// error. In a JSON-RPC batch only the error members are kept: a successful `recuperer_fichier`
-/// carries the token in its link by design (specification §2.1), so it is no leak.
+/// carries the token in its link by design (specification §2.1), so it is no leak. A redirect
+/// (3xx) is no error either: Apache's page repeats its `Location`, the request's own URL sent
+/// back to the one who sent it (the port-80 host sends links on to `https://`).
 pub fn body(origin: &str, status: u16, body: &[u8]) {
-    if body.is_empty() {
+    if body.is_empty() || (300..400).contains(&status) {
         return;
     }
     let is_error = |v: &serde_json::Value| {

@@ -189,16 +189,21 @@ impl Host {
             .tempdir()
             .unwrap();
         let r = root.path();
-        for d in ["run/fcgid", "log"] {
+        // Apache runs as root: what it reads or writes (this configuration, its logs, PidFile,
+        // locks, mod_fcgid's process table, mod_cgid's socket) stays in root's folders `serveur/`
+        // and `log/`, where its children (www-data, and the account through suEXEC) cannot plant
+        // a symbolic link for root to write through (`tests/proprietaires-apache` checks it).
+        // Only `fcgid/` (FcgidIPCDir) is www-data's: mod_fcgid's process manager runs as `User`
+        // and creates the programs' sockets there (a root-owned one makes every request fail).
+        // suEXEC needs nothing writable: the account's program gets its socket as fd 0, and
+        // writes only its store and its log in its own home.
+        for d in ["serveur", "fcgid", "log"] {
             fs::create_dir_all(r.join(d)).unwrap();
+            fs::set_permissions(r.join(d), fs::Permissions::from_mode(0o755)).unwrap();
         }
         run(
             "chown",
-            &[
-                "-R",
-                "www-data:www-data",
-                &r.join("run").display().to_string(),
-            ],
+            &["www-data:www-data", &r.join("fcgid").display().to_string()],
         );
         fs::set_permissions(r, fs::Permissions::from_mode(0o755)).unwrap();
         // suEXEC's own log (AP_LOG_EXEC) is in /var/log/apache2.
@@ -221,15 +226,15 @@ LoadModule fcgid_module       {MODULES}/mod_fcgid.so
 LoadModule cgid_module        {MODULES}/mod_cgid.so
 User  www-data
 Group www-data
-PidFile           "{r}/run/apache2.pid"
-DefaultRuntimeDir "{r}/run"
-Mutex             "file:{r}/run" default
+PidFile           "{r}/serveur/apache2.pid"
+DefaultRuntimeDir "{r}/serveur"
+Mutex             "file:{r}/serveur" default
 ErrorLog          "{r}/log/serveur-error.log"
 LogLevel          warn
 TypesConfig       /dev/null
-FcgidIPCDir           "{r}/run/fcgid"
-FcgidProcessTableFile "{r}/run/fcgid_shm"
-ScriptSock            "{r}/run/cgid.sock"
+FcgidIPCDir           "{r}/fcgid"
+FcgidProcessTableFile "{r}/serveur/fcgid_shm"
+ScriptSock            "{r}/serveur/cgid.sock"
 {limit}
 <Directory />
     Options None
@@ -279,6 +284,15 @@ ScriptSock            "{r}/run/cgid.sock"
 
     fn log(&self, name: &str) -> String {
         fs::read_to_string(self.root.path().join("log").join(name)).unwrap_or_default()
+    }
+
+    /// Everything this Apache (root) reads or writes is root's and writable by nobody else:
+    /// `tests/proprietaires-apache`, as for every private Apache of the tests.
+    fn assert_root_owned(&self) {
+        common::apache::assert_root_owned(
+            &self.root.path().join("apache.conf"),
+            self.apache.child.id(),
+        );
     }
 
     fn logs(&self) -> String {
@@ -449,6 +463,10 @@ fn serve_the_recipe(account: &Account, host: &Host, token: &str, fcgid: bool, bi
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["erreur"], "nom_invalide");
     assert!(!account.files().join(".htaccess").exists());
+
+    // Having served all that (suEXEC, mod_fcgid's or mod_cgid's sockets, logs open), root's
+    // Apache still touches only root's files.
+    host.assert_root_owned();
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //!   php-cgi and libfcgi look at `getpeername` failing with `ENOTCONN`, which this implies), Unix
 //!   or TCP by `getsockname`;
 //!   connections are served one at a time (mod_fcgid sends one request per process anyway), a
-//!   Unix one first without the event loop watching it ([`conn::serve_inherited_unix`]);
+//!   Unix one first without the event loop watching it ([`conn::serve_unregistered`]);
 //! - **FastCGI on `--listen tcp:HOST:PORT` or `unix:/path`**: we bind ourselves and serve many
 //!   connections at once;
 //! - **CGI** (mod_cgid, mod_cgi): `GATEWAY_INTERFACE` is set and fd 0 is not a listening socket
@@ -366,7 +366,7 @@ pub async fn serve_listener(
 
 /// Serves the listening Unix socket inherited on fd 0 (mod_fcgid) until `stop` resolves: one
 /// connection at a time, each first tried without the event loop watching it
-/// ([`conn::serve_inherited_unix`]), then lets the connection in flight finish for up to
+/// ([`conn::serve_unregistered`]), then lets the connection in flight finish for up to
 /// [`SHUTDOWN_GRACE`]. Same behaviour as [`serve_listener`] with one connection at a time, at a
 /// fraction of its cost per request (no task, no epoll registration of the connection).
 ///
@@ -417,7 +417,7 @@ async fn serve_inherited_unix(
             }
         };
         // A panic in a handler ends its connection, not the process (as a task would).
-        let conn = std::panic::AssertUnwindSafe(conn::serve_inherited_unix(
+        let conn = std::panic::AssertUnwindSafe(conn::serve_unregistered(
             stream,
             &handler,
             &config,

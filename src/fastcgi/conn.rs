@@ -23,7 +23,7 @@
 //!
 //! A request that is complete without a body (GET, HEAD, an authorizer's question) is answered
 //! in place: the handler runs at once and a small answer goes out, with the end of the request,
-//! in one write ([`answer_in_place`]). Under mod_fcgid, [`serve_inherited_unix`] feeds the first
+//! in one write ([`answer_in_place`]). Under mod_fcgid, [`serve_unregistered`] feeds the first
 //! read of a connection to a machine and, when it holds exactly one such request and nothing
 //! else, answers it before the connection is ever registered with the event loop; anything else
 //! goes on in the connection loop from where it stopped.
@@ -996,8 +996,9 @@ fn is_shutting_down(rx: &Option<watch::Receiver<bool>>) -> bool {
     rx.as_ref().is_some_and(|rx| *rx.borrow())
 }
 
-/// Serves one connection accepted on the listening Unix socket inherited on fd 0 (mod_fcgid), in
-/// non-blocking mode and not yet known to the event loop.
+/// Serves one connection that is not registered with the event loop (yet): accepted on the
+/// listening Unix socket inherited on fd 0 (mod_fcgid), in non-blocking mode. It is registered
+/// only if the first read does not settle it.
 ///
 /// mod_fcgid connects and writes a whole request at once, and one request per connection. The
 /// first read is fed to a [`Machine`]: when it holds exactly one request that is complete without
@@ -1007,7 +1008,7 @@ fn is_shutting_down(rx: &Option<watch::Receiver<bool>>) -> bool {
 /// Anything else (a body, a partial request, other records, a large answer, a full socket buffer)
 /// goes on in the connection loop from where this left off, with the same records, deadlines and
 /// shutdown.
-pub async fn serve_inherited_unix(
+pub async fn serve_unregistered(
     stream: std::os::unix::net::UnixStream,
     handler: &Handler,
     config: &ConnConfig,
@@ -1120,7 +1121,7 @@ const FIRST_WAIT: Duration = Duration::from_millis(20);
 /// (mod_fcgid's PARAMS are a few KiB).
 const FIRST_READ: usize = 16 * 1024;
 
-/// The buffers of [`serve_inherited_unix`], kept by its caller from one connection to the next
+/// The buffers of [`serve_unregistered`], kept by its caller from one connection to the next
 /// (the request as first read, the answer as framed): no allocation of either per request.
 #[derive(Default)]
 pub struct Buffers {

@@ -45,7 +45,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Handler;
 use super::machine::{
-    BodyKind, Input, Machine, ProtocolError, Status, Values, begin_stdout, seal_stdout,
+    BodyKind, Closing, Input, Machine, ProtocolError, Status, Values, begin_stdout, seal_stdout,
 };
 use super::record;
 use crate::http::{self, Body, Params, Request, Response, Role, write_response};
@@ -485,11 +485,11 @@ enum Woke {
 
 /// How a turn of the loop ends the connection, if it does.
 enum End {
-    /// Close now; `linger`: keep reading for a moment first (the peer may still be sending).
-    Close { linger: bool },
+    /// Closed normally, as said.
+    Close(Closing),
     /// The peer is gone: nothing more to write.
     Gone,
-    /// Closed on our side for this reason (after lingering).
+    /// Closed on our side for this reason (after draining, unless a deadline passed).
     Error(ConnError),
 }
 
@@ -574,7 +574,7 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<'a, R, W> {
         self.flush_replies().await?;
         if self.work.is_none() {
             if self.machine.is_closed() {
-                return Err(End::Close { linger: false });
+                return Err(End::Close(Closing::Now));
             }
             if self.eof && self.machine.is_idle() {
                 // A kept connection whose peer closed its side: no next request can come.
@@ -588,9 +588,9 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<'a, R, W> {
     async fn on_input(&mut self, input: Input, record: Bytes) -> Result<(), End> {
         match input {
             Input::Ignored | Input::Reply => Ok(()),
-            Input::Close { linger } => {
+            Input::Close(closing) => {
                 self.flush_out().await?;
-                Err(End::Close { linger })
+                Err(End::Close(closing))
             }
             Input::Abort => {
                 // Dropping the handler and the answer's writer runs their destructors:
@@ -599,7 +599,7 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<'a, R, W> {
                 self.request_over();
                 self.flush_out().await?;
                 if self.machine.is_closed() {
-                    return Err(End::Close { linger: true });
+                    return Err(End::Close(Closing::AfterDraining));
                 }
                 Ok(())
             }
@@ -770,7 +770,7 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<'a, R, W> {
             Woke::Written(app_status) => self.end_of_answer(app_status).await,
             Woke::Shutdown => {
                 self.machine.close_if_idle();
-                Err(End::Close { linger: false })
+                Err(End::Close(Closing::Now))
             }
             Woke::Deadline => Err(self.deadline_passed(idle)),
         }
@@ -780,7 +780,7 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<'a, R, W> {
     fn deadline_passed(&self, idle: bool) -> End {
         End::Error(ConnError::Deadline(match (idle, self.served) {
             // A kept connection left unused: the normal end of keep-alive.
-            (true, true) => return End::Close { linger: false },
+            (true, true) => return End::Close(Closing::Now),
             (true, false) => "aucune requête reçue sur une nouvelle connexion",
             (false, _) => "requête reçue trop lentement (paramètres ou corps)",
         }))
@@ -829,7 +829,7 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<'a, R, W> {
         self.request_over();
         self.flush_out().await?;
         if self.machine.is_closed() || is_shutting_down(&self.shutdown) {
-            return Err(End::Close { linger: false });
+            return Err(End::Close(Closing::Now));
         }
         Ok(())
     }
@@ -908,27 +908,28 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<'a, R, W> {
     async fn end(mut self, end: End) -> Result<(), ConnError> {
         match end {
             End::Gone => Ok(()),
-            End::Close { linger } => {
+            End::Close(closing) => {
                 let _ = self.flush_out().await;
-                self.close(linger).await;
+                self.close(closing).await;
                 Ok(())
             }
             End::Error(ConnError::Io(e)) => peer_io(e),
             End::Error(e @ ConnError::Deadline(_)) => {
-                self.close(false).await;
+                self.close(Closing::Now).await;
                 Err(e)
             }
             End::Error(e) => {
-                self.close(true).await;
+                self.close(Closing::AfterDraining).await;
                 Err(e)
             }
         }
     }
 
-    async fn close(&mut self, linger: bool) {
+    /// Shuts our side down; drains for up to [`LINGER`] if asked and the peer is still sending.
+    async fn close(&mut self, closing: Closing) {
         let _ = self.writer.flush().await;
         let _ = self.writer.shutdown().await;
-        if linger && !self.eof {
+        if closing == Closing::AfterDraining && !self.eof {
             let discard = async {
                 loop {
                     self.buf.clear();

@@ -58,6 +58,18 @@ pub enum BodyKind {
     Streams,
 }
 
+/// How a connection is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    /// At once: the peer's request was read in full, or waiting longer is not wanted (a
+    /// deadline passed, the server shuts down).
+    Now,
+    /// After reading, and discarding, what the peer still sends for a moment: it may be in the
+    /// middle of a request, and closing a socket with unread data resets the connection, which
+    /// can lose the last records written to it.
+    AfterDraining,
+}
+
 /// What a decoded record means for the caller.
 #[derive(Debug)]
 pub enum Input {
@@ -81,13 +93,8 @@ pub enum Input {
     /// Records were appended to the output buffer (management answers, the refusal of another
     /// request); nothing else to do.
     Reply,
-    /// Close the connection once the output buffer is written. `linger`: the peer may still be
-    /// sending, read (and discard) a little before closing so that our last records are not lost
-    /// to a TCP reset.
-    Close {
-        /// Keep reading for a moment before closing.
-        linger: bool,
-    },
+    /// Close the connection once the output buffer is written, as said.
+    Close(Closing),
     /// A record that changes nothing (a late or foreign record, DATA, unknown types).
     Ignored,
 }
@@ -268,7 +275,7 @@ impl Machine {
                     return Ok(Input::Reply);
                 }
                 self.state = State::Closed;
-                return Ok(Input::Close { linger: true });
+                return Ok(Input::Close(Closing::AfterDraining));
             }
         };
         self.request_bytes += (record::HEADER_LEN + rec.content.len()) as u64;
@@ -300,7 +307,7 @@ impl Machine {
             if raw.len() + rec.content.len() > MAX_PARAMS_LEN {
                 record::encode_end_request(req.id, 0, record::OVERLOADED, out);
                 self.state = State::Closed;
-                return Ok(Input::Close { linger: true });
+                return Ok(Input::Close(Closing::AfterDraining));
             }
             raw.extend_from_slice(rec.content);
             return Ok(Input::Ignored);
@@ -591,7 +598,7 @@ mod tests {
         // Another role.
         let mut m = Machine::new(V);
         let (seen, out) = run(&mut m, &begin(1, record::ROLE_FILTER, 0));
-        assert_eq!(seen, ["Close { linger: true }"]);
+        assert_eq!(seen, ["Close(AfterDraining)"]);
         assert_eq!(
             record::parse_end_request(&out[8..16]),
             Ok((0, record::UNKNOWN_ROLE))
@@ -614,7 +621,7 @@ mod tests {
             wire.extend(rec(record::PARAMS, 1, &vec![b'x'; 65535]));
         }
         let (seen, out) = run(&mut m, &wire);
-        assert_eq!(seen.last().unwrap(), "Close { linger: true }");
+        assert_eq!(seen.last().unwrap(), "Close(AfterDraining)");
         assert_eq!(
             record::parse_end_request(&out[8..16]),
             Ok((0, record::OVERLOADED))

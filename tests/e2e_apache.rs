@@ -792,6 +792,101 @@ fn no_log_of_the_shipped_site_holds_a_token() {
     );
 }
 
+/// The same for the shipped nginx file (`systemd-free/nginx-depot-fichiers.conf`, both servers)
+/// inside an `http` block holding Debian's own `access_log` (format `combined`: `$request`,
+/// query string and all): a file downloaded by its links over `http://` (the port-80 server's
+/// redirect, which carries the token) and `https://`, with `token_acces` and with a capability,
+/// leaves no secret in any file nginx or the program wrote.
+#[test]
+fn no_nginx_log_of_the_shipped_site_holds_a_token() {
+    let state = State::new(
+        common::free_port(),
+        &[
+            ("url_base", "\"https://depot.example.org\""),
+            ("liens_par_fichier", "true"),
+        ],
+    );
+    let tls_port = common::free_port();
+    let (cert, key) = self_signed_certificate(&state);
+    let debian = fs::read_to_string("/etc/nginx/nginx.conf").unwrap();
+    let access_log = debian
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("access_log /var/log/nginx/"))
+        .expect("Debian's http-level access_log in /etc/nginx/nginx.conf");
+    let http_level = access_log.replace(
+        "/var/log/nginx/",
+        &format!("{}/", state.server_log_dir().display()),
+    );
+    let mut n = Nginx::production(state, tls_port, &cert, &key, &http_level);
+    let state = &n.state;
+
+    let connect = [
+        format!("depot.example.org:443:127.0.0.1:{tls_port}"),
+        format!("depot.example.org:80:127.0.0.1:{}", state.port),
+    ];
+    let get = |url: &str, extra: &[&str]| {
+        let mut args = vec![
+            "-k",
+            "--connect-to",
+            &connect[0],
+            "--connect-to",
+            &connect[1],
+        ];
+        args.extend_from_slice(extra);
+        args.push(url);
+        curl(&args)
+    };
+    let content = bytes(5000, 8);
+    let (_d, p) = local_file("journal-nginx.bin", &content);
+    let auth = format!("Authorization: Bearer {}", state.token);
+    let form = format!("fichier=@{}", p.display());
+    let r = get(
+        "https://depot.example.org/upload.php",
+        &["-H", &auth, "-F", &form],
+    );
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
+    let cap_link = r.json()["url_telechargement"].as_str().unwrap().to_string();
+    let (before, capability) = cap_link.rsplit_once("&token=").unwrap();
+    assert!(capability.starts_with("l1."), "{cap_link}");
+    let capability = capability.to_string();
+    common::audit::secret(&capability);
+    let link = format!("{before}&token={}", state.token);
+    for l in [&link, &cap_link] {
+        let plain = l.replace("https://", "http://");
+        let r = get(&plain, &[]);
+        assert_eq!(r.status, 301, "{}", r.text());
+        assert_eq!(r.header("location"), Some(l.as_str()));
+        let r = get(l, &[]);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
+        assert!(r.body == content);
+    }
+    n.assert_root_owned();
+    n.stop();
+    let state = &n.state;
+    let mut logged = String::new();
+    for dir in [state.server_log_dir(), state.log_dir()] {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let text = fs::read_to_string(entry.path()).unwrap_or_default();
+            for secret in [state.token.as_str(), capability.as_str()] {
+                assert!(
+                    !text.contains(secret),
+                    "a secret in {}:\n{}",
+                    entry.path().display(),
+                    text.replace(&state.token, "<TOKEN>")
+                        .replace(&capability, "<LIEN>")
+                );
+            }
+            logged.push_str(&text);
+        }
+    }
+    // The requests were logged (both servers), only without their query string.
+    for (status, count) in [(301, 2), (200, 2)] {
+        let line = format!("\"GET /download.php HTTP/1.1\" {status} ");
+        assert_eq!(logged.matches(&line).count(), count, "{line}\n{logged}");
+    }
+}
+
 /// The other two production vhosts pass `apache2 -t` once their site parameters point at real
 /// files (same substitutions as above, no start).
 #[test]

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ pub struct Nginx {
     nginx: Guard,
     _backend: Guard,
     pub state: State,
-    conf: std::path::PathBuf,
+    conf: PathBuf,
 }
 
 impl Nginx {
@@ -56,14 +57,7 @@ impl Nginx {
         let state = State::new(port, &[]);
         let mut values: BTreeMap<&str, String> = state.values();
         values.insert("FCGI_PORT", fcgi_port.to_string());
-        values.insert(
-            "USER_LINE",
-            if is_root() {
-                format!("user {} {};", state.user, state.group)
-            } else {
-                String::new()
-            },
-        );
+        values.insert("USER_LINE", user_line(&state));
         fs::write(
             state.root.join("bloc-nginx.conf"),
             common_block(&repo().join("systemd-free/nginx-depot-fichiers.conf")),
@@ -73,6 +67,88 @@ impl Nginx {
             fs::read_to_string(repo().join("tests/fixtures/nginx.conf.template")).unwrap();
         let conf = state.root.join("nginx.conf");
         fs::write(&conf, fill(&template, &values)).unwrap();
+        Nginx::run(state, conf, port, fcgi_port)
+    }
+
+    /// The shipped file itself (`systemd-free/nginx-depot-fichiers.conf`, both servers, not only
+    /// its common block) inside an `http` block that also holds `http_level` (what Debian's
+    /// `nginx.conf` puts there, e.g. its `access_log`): the port-80 server on `state.port`, the
+    /// TLS one on `tls_port` with the certificate `cert`/`key`, the upstream on a fresh port, the
+    /// document root and every `/var/log/nginx/` path in the state (`serveur/log/`).
+    pub fn production(
+        state: State,
+        tls_port: u16,
+        cert: &Path,
+        key: &Path,
+        http_level: &str,
+    ) -> Nginx {
+        let fcgi_port = free_port();
+        let shipped =
+            fs::read_to_string(repo().join("systemd-free/nginx-depot-fichiers.conf")).unwrap();
+        let log_dir = format!("{}/", state.server_log_dir().display());
+        let mut site = String::new();
+        for line in shipped.lines() {
+            let t = line.trim();
+            let l = match t {
+                "listen [::]:80;" | "listen [::]:443 ssl;" => continue,
+                "listen 80;" => format!("listen 127.0.0.1:{};", state.port),
+                "listen 443 ssl;" => format!("listen 127.0.0.1:{tls_port} ssl;"),
+                "server 127.0.0.1:9000;" => format!("server 127.0.0.1:{fcgi_port};"),
+                _ if t.starts_with("ssl_certificate ") => {
+                    format!("ssl_certificate {};", cert.display())
+                }
+                _ if t.starts_with("ssl_certificate_key ") => {
+                    format!("ssl_certificate_key {};", key.display())
+                }
+                _ if t.starts_with("root ") => format!("root {}/www;", state.root.display()),
+                _ => line.replace("/var/log/nginx/", &log_dir),
+            };
+            site.push_str(&l);
+            site.push('\n');
+        }
+        for (what, value) in [
+            ("listen", format!("127.0.0.1:{};", state.port)),
+            ("listen", format!("127.0.0.1:{tls_port} ssl;")),
+            ("server", format!("127.0.0.1:{fcgi_port};")),
+        ] {
+            assert!(
+                site.contains(&format!("{what} {value}")),
+                "the shipped file changed shape: no « {what} {value} » once adapted"
+            );
+        }
+        let site_path = state.root.join("nginx-depot-fichiers.conf");
+        fs::write(&site_path, site).unwrap();
+        let run = state.root.join("serveur/run");
+        let conf = state.root.join("nginx.conf");
+        fs::write(
+            &conf,
+            format!(
+                "daemon off;\nmaster_process on;\nworker_processes 1;\n\
+                 pid {run}/nginx.pid;\nerror_log {log}nginx-error.log warn;\n{user}\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{\n\
+                 client_body_temp_path {run}/nginx-body;\n\
+                 proxy_temp_path {run}/nginx-proxy;\n\
+                 fastcgi_temp_path {run}/nginx-fastcgi;\n\
+                 uwsgi_temp_path {run}/nginx-uwsgi;\n\
+                 scgi_temp_path {run}/nginx-scgi;\n\
+                 default_type application/octet-stream;\n\
+                 {http_level}\n\
+                 include {site};\n}}\n",
+                run = run.display(),
+                log = log_dir,
+                user = user_line(&state),
+                site = site_path.display(),
+            ),
+        )
+        .unwrap();
+        Nginx::run(state, conf, tls_port, fcgi_port)
+            .unwrap_or_else(|e| panic!("private nginx (shipped file) did not start:\n{e}"))
+    }
+
+    /// Starts the program (spawn-fcgi) on `fcgi_port`, then nginx with `conf`, and waits for
+    /// `port`.
+    fn run(state: State, conf: PathBuf, port: u16, fcgi_port: u16) -> Result<Nginx, String> {
         state.hand_over();
 
         // spawn-fcgi -n: no fork, it execs the program with the listening socket as fd 0.
@@ -113,6 +189,16 @@ impl Nginx {
 
     pub fn stop(&mut self) {
         self.nginx.stop();
+    }
+}
+
+/// nginx's `user` line: the run user's when we are root (nginx ignores it otherwise, with a
+/// warning).
+fn user_line(state: &State) -> String {
+    if is_root() {
+        format!("user {} {};", state.user, state.group)
+    } else {
+        String::new()
     }
 }
 

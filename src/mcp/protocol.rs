@@ -122,7 +122,7 @@ pub fn dispatch(
             // Step 5: absent header = 2025-03-26.
             (_, known) => {
                 let version = known.flatten().unwrap_or(Version::V2025_03_26);
-                match legacy_message(ctx, version, body, files, &mut log_lines, false) {
+                match legacy_message(ctx, version, body, files, &mut log_lines, Sent::Alone) {
                     None => Reply::Accepted,
                     Some((status, v)) => Reply::Json(status, v),
                 }
@@ -172,7 +172,14 @@ fn legacy_batch(
                 (e.status, e.response(&id))
             })
         } else {
-            legacy_message(ctx, Version::V2025_03_26, m, files, log_lines, true)
+            legacy_message(
+                ctx,
+                Version::V2025_03_26,
+                m,
+                files,
+                log_lines,
+                Sent::InBatch,
+            )
         };
         if let Some((_, v)) = answer {
             if text.len() > 1 {
@@ -236,6 +243,15 @@ fn classify(msg: &Value) -> Result<Option<(Value, &str)>, Box<(Value, RpcError)>
     }
 }
 
+/// How a legacy message came: `initialize` is refused inside a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// The whole body of its POST.
+    Alone,
+    /// One element of a 2025-03-26 batch.
+    InBatch,
+}
+
 /// One legacy message; `None` = nothing to answer (202).
 fn legacy_message(
     ctx: &Ctx,
@@ -243,7 +259,7 @@ fn legacy_message(
     msg: &Value,
     files: &mut FileSource,
     log_lines: &mut Vec<String>,
-    in_batch: bool,
+    sent: Sent,
 ) -> Option<(u16, Value)> {
     let (id, method) = match classify(msg) {
         Err(b) => return Some((b.1.status, b.1.response(&b.0))),
@@ -252,7 +268,7 @@ fn legacy_message(
     };
     let params = msg.get("params");
     let result: Result<Value, RpcError> = match method {
-        "initialize" if in_batch => Err(RpcError::invalid_request(
+        "initialize" if sent == Sent::InBatch => Err(RpcError::invalid_request(
             "Invalid Request: initialize MUST NOT be part of a batch",
         )),
         "initialize" => initialize(params, ctx.instructions),

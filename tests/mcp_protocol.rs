@@ -1,5 +1,6 @@
 //! End-to-end tests of `/mcp.php` through `mcp::handle`: a real store in a temporary folder,
-//! the real introspection test server, and every exchange of the notes checked field by field.
+//! the real introspection test server, and every exchange of specification §6 checked field by
+//! field.
 
 mod common;
 
@@ -371,6 +372,32 @@ async fn legacy_tools_list_per_version() {
     let t = &a.json()["result"]["tools"][0];
     assert!(t.get("outputSchema").is_none() && t.get("title").is_none());
     assert_eq!(t["annotations"]["readOnlyHint"], true);
+}
+
+/// The tool's description is served word for word as specification §6.3 quotes it: a client
+/// shows it to the model, and the specification promises it.
+#[tokio::test]
+async fn tool_description_is_the_specified_one() {
+    let spec = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/SPECIFICATION.md"
+    ))
+    .unwrap();
+    let quoted: Vec<&str> = spec
+        .lines()
+        .skip_while(|l| !l.contains("description, mot pour mot"))
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with('>'))
+        .map(|l| l.trim_start().trim_start_matches('>').trim())
+        .collect();
+    assert!(!quoted.is_empty(), "no quoted description in §6.3");
+    let a = env("")
+        .post(&[], json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+        .await;
+    assert_eq!(
+        a.json()["result"]["tools"][0]["description"],
+        quoted.join(" ")
+    );
 }
 
 #[tokio::test]

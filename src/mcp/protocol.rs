@@ -1,4 +1,4 @@
-//! JSON-RPC over one POST endpoint, dual-era (notes `mcp-2026-07-28.md` §2–4): era routing
+//! JSON-RPC over one POST endpoint, dual-era (specification §6.1–6.2): era routing
 //! body-first, the legacy ladder (2024-11-05 … 2025-11-25, with `initialize`) and the modern ladder
 //! (2026-07-28: `_meta` envelope, header checks, `server/discover`).
 //!
@@ -72,7 +72,7 @@ fn has_claim(msg: &Value) -> bool {
         .is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION))
 }
 
-/// Era routing of one POST body (notes §2).
+/// Era routing of one POST body (specification §6.1, steps 1–5).
 pub fn dispatch(
     ctx: &Ctx,
     headers: &McpHeaders,
@@ -313,7 +313,7 @@ fn initialize(params: Option<&Value>, instructions: &str) -> Result<Value, RpcEr
     }))
 }
 
-/// Compares one MCP header with its body value (notes §2 step c).
+/// Compares one MCP header with its body value (specification §6.2 c).
 fn check_header(name: &str, header: Option<&str>, body: Option<&str>) -> Result<(), RpcError> {
     let Some(h) = header else {
         return Err(RpcError::header_mismatch(format!(
@@ -336,7 +336,7 @@ fn check_header(name: &str, header: Option<&str>, body: Option<&str>) -> Result<
     }
 }
 
-/// `Mcp-Name` may be `=?base64?<base64 of UTF-8>?=` (notes §2 step c).
+/// `Mcp-Name` may be `=?base64?<base64 of UTF-8>?=` (specification §6.2 c).
 pub fn decode_mcp_name(raw: &str) -> Result<String, RpcError> {
     let lower = raw.to_ascii_lowercase();
     if lower.starts_with("=?base64?") && raw.ends_with("?=") && raw.len() >= 11 {
@@ -353,7 +353,7 @@ pub fn decode_mcp_name(raw: &str) -> Result<String, RpcError> {
     }
 }
 
-/// The modern ladder (notes §2 a–e).
+/// The modern ladder (specification §6.2 a–e).
 fn modern(
     ctx: &Ctx,
     headers: &McpHeaders,

@@ -15,7 +15,7 @@ use super::jsonrpc::{RpcError, Version};
 /// The one tool's name.
 pub const TOOL_NAME: &str = "recuperer_fichier";
 
-/// The description of the specification §8.6, verbatim.
+/// The tool's description, word for word as specification §6.3 quotes it.
 pub const DESCRIPTION: &str = "Récupère un fichier précédemment déposé sur le dépôt temporaire via `upload.php`. Utiliser `mode=\"lien\"` par défaut (retourne une URL de téléchargement directe, sans coût de contexte) ; n'utiliser `mode=\"base64\"` que lorsque le contenu du fichier doit impérativement être injecté dans la conversation (par exemple pour le fournir en pièce jointe à un connecteur MCP qui exige un contenu encodé et non une URL).";
 
 /// The two ways of returning a file.

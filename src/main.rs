@@ -229,6 +229,14 @@ fn sweep(cfg: Config) -> ExitCode {
                 "{} supprimé(s)",
                 r.removed_files.len() + r.removed_orphans.len() + r.removed_temporaries.len()
             );
+            match app.store.recount_total() {
+                Ok(Some(total)) => outln!("octets stockés (recomptés) : {total}"),
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("depot-fichiers : recomptage impossible : {e}");
+                    return ExitCode::from(1);
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -2,6 +2,9 @@
 //! - SIGKILL at precise points of a publication (`DEPOT_FICHIERS_TEST_PAUSE`, feature
 //!   `injection-pannes`: the process stops itself there, the test kills it), then the store must be
 //!   consistent after the next request: no mixed pair served, no `.part` left, orphans per §4;
+//! - SIGKILL at every step of the expiry index (an entry filed, a pair removed before its entry,
+//!   an entry about to move, a batch of the walk before its position is saved): nothing lost,
+//!   everything due removed, no entry left once everything has expired;
 //! - a client that disconnects mid-upload and mid-download;
 //! - a full disk (2 MiB tmpfs) → 507 `stockage_plein`, nothing half-written;
 //! - a read-only store → 500 `erreur_interne` and a log line;
@@ -270,6 +273,186 @@ fn sigkill_at_every_point_of_a_publication() {
     assert_eq!(common::entries(&state.files()), [".meta", ".tmp"]);
     assert_eq!(common::entries(&state.meta()), Vec::<String>::new());
     assert_eq!(parts(&state), Vec::<String>::new());
+}
+
+/// The buckets of the expiry index (`.tmp/index/<second>`) and what each holds.
+fn index_buckets(state: &State) -> Vec<(i64, Vec<String>)> {
+    let index = state.files().join(".tmp/index");
+    let mut out: Vec<(i64, Vec<String>)> = common::entries(&index)
+        .into_iter()
+        .filter_map(|b| Some((b.parse().ok()?, common::entries(&index.join(&b)))))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Moves every bucket of the expiry index `secs` seconds earlier: its entries come due now.
+fn bring_index_forward(state: &State, secs: i64) {
+    let index = state.files().join(".tmp/index");
+    for (b, _) in index_buckets(state) {
+        std::fs::rename(
+            index.join(b.to_string()),
+            index.join((b - secs).to_string()),
+        )
+        .unwrap();
+    }
+}
+
+/// A download of a missing name (its sweep is what the test is after) from a thread.
+fn get_in_thread(sock: PathBuf, token: String) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let _ = FcgiClient::unix(&sock).and_then(|mut c| {
+            c.request(
+                &[
+                    ("REQUEST_METHOD", "GET"),
+                    ("SCRIPT_NAME", "/download.php"),
+                    ("QUERY_STRING", &format!("fichier=absent&token={token}")),
+                ],
+                b"",
+            )
+        });
+    })
+}
+
+/// SIGKILL at every step of the expiry index, in the process that files an entry, removes a
+/// pair, moves an entry or walks the store: the next requests of another process finish the
+/// work, a live file is still served, and once everything has expired no entry is left.
+#[test]
+fn sigkill_at_every_step_of_the_expiry_index() {
+    let faulty = faulty_binary();
+    let state = State::new(
+        free_port(),
+        &[
+            ("duree_max_depot_secondes", "60"),
+            ("duree_inactivite_secondes", "2"),
+            ("balayage_intervalle_min_ms", "1"),
+        ],
+    );
+    let token = state.token.clone();
+    let healthy = Proc::start(&state, &state.bin(), "sain", None);
+    let sweep_with = |p: &Proc| {
+        std::thread::sleep(Duration::from_millis(5));
+        p.request(
+            "GET",
+            "/download.php",
+            &format!("fichier=absent&token={token}"),
+            &[],
+            b"",
+        )
+    };
+    let named = |name: &str| -> Vec<i64> {
+        index_buckets(&state)
+            .into_iter()
+            .filter(|(_, n)| n.iter().any(|x| x == name))
+            .map(|(b, _)| b)
+            .collect()
+    };
+
+    // 1. An upload killed once its entry is filed: an entry for nothing, dropped when due.
+    let mut victim = Proc::start(&state, &faulty, "victime", Some("apres-entree-index"));
+    let client = upload_in_thread(
+        victim.sock.clone(),
+        token.clone(),
+        "e1".into(),
+        b"1".to_vec(),
+    );
+    wait_stopped(victim.pid(), &victim.out);
+    victim.guard.child.kill().unwrap();
+    victim.guard.child.wait().unwrap();
+    assert!(client.join().unwrap().map_or(true, |r| r.status == 0));
+    assert_eq!(healthy.get(&token, "e1").status, 404);
+    assert_eq!(named("e1").len(), 1, "{:?}", index_buckets(&state));
+    bring_index_forward(&state, 10);
+    sweep_with(&healthy).unwrap();
+    assert!(named("e1").is_empty(), "{:?}", index_buckets(&state));
+
+    // 2. A sweeper killed between a removal and its entry's: the next sweep drops the entry.
+    assert_eq!(healthy.upload(&token, "e2", b"22").unwrap().status, 200);
+    let old = std::time::SystemTime::now() - Duration::from_secs(10);
+    std::fs::File::options()
+        .write(true)
+        .open(state.files().join("e2"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    bring_index_forward(&state, 10);
+    let mut victim = Proc::start(&state, &faulty, "victime", Some("index-apres-suppression"));
+    let client = get_in_thread(victim.sock.clone(), token.clone());
+    wait_stopped(victim.pid(), &victim.out);
+    victim.guard.child.kill().unwrap();
+    victim.guard.child.wait().unwrap();
+    let _ = client.join();
+    assert!(!state.files().join("e2").exists() && !state.sidecar("e2").exists());
+    assert_eq!(named("e2").len(), 1, "the entry went before the kill");
+    sweep_with(&healthy).unwrap();
+    assert!(named("e2").is_empty(), "{:?}", index_buckets(&state));
+
+    // 3. A sweeper killed as it moves a live pair's entry: the pair is served, its entry moves
+    //    with the next sweep.
+    assert_eq!(healthy.upload(&token, "e3", b"333").unwrap().status, 200);
+    bring_index_forward(&state, 10);
+    let mut victim = Proc::start(&state, &faulty, "victime", Some("index-avant-deplacement"));
+    let client = get_in_thread(victim.sock.clone(), token.clone());
+    wait_stopped(victim.pid(), &victim.out);
+    victim.guard.child.kill().unwrap();
+    victim.guard.child.wait().unwrap();
+    let _ = client.join();
+    let r = healthy.get(&token, "e3");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"333"[..]));
+    sweep_with(&healthy).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let e3 = named("e3");
+    assert!(
+        e3.len() == 1 && e3[0] >= now,
+        "the live pair's entry did not move to its deadline: {e3:?} (now {now})"
+    );
+
+    // 4. A walk killed after filing a batch, before saving its position: an earlier version's
+    //    store (no index) is adopted all the same, by the next requests.
+    for i in 0..200 {
+        let n = format!("w{i:03}");
+        assert_eq!(healthy.upload(&token, &n, b"w").unwrap().status, 200);
+    }
+    drop(healthy);
+    std::fs::remove_dir_all(state.files().join(".tmp/index")).unwrap();
+    let mut victim = Proc::start(&state, &faulty, "victime", Some("marche-avant-curseur"));
+    let client = get_in_thread(victim.sock.clone(), token.clone());
+    wait_stopped(victim.pid(), &victim.out);
+    victim.guard.child.kill().unwrap();
+    victim.guard.child.wait().unwrap();
+    let _ = client.join();
+    assert!(!state.files().join(".tmp/index/curseur").exists());
+    let healthy = Proc::start(&state, &state.bin(), "sain2", None);
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(state.files().join(".tmp/index/curseur"))
+        .unwrap_or_default()
+        .starts_with("fait ")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the adoption never ended"
+        );
+        sweep_with(&healthy).unwrap();
+    }
+    let filed: std::collections::HashSet<String> = index_buckets(&state)
+        .into_iter()
+        .flat_map(|(_, n)| n)
+        .collect();
+    for i in 0..200 {
+        assert!(filed.contains(&format!("w{i:03}")), "w{i:03} has no entry");
+    }
+
+    // Past every delay, the next requests leave neither a pair nor an entry behind.
+    std::thread::sleep(Duration::from_secs(3));
+    for _ in 0..8 {
+        sweep_with(&healthy).unwrap();
+    }
+    assert_eq!(common::entries(&state.meta()), Vec::<String>::new());
+    assert_eq!(common::entries(&state.files()), [".meta", ".tmp"]);
+    assert_eq!(index_buckets(&state), Vec::<(i64, Vec<String>)>::new());
 }
 
 /// A client that goes away mid-upload or mid-download leaves nothing and does not hurt the server.

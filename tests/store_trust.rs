@@ -166,18 +166,19 @@ fn a_meta_folder_swapped_for_a_symlink_after_start_redirects_nothing() {
     // The sidecar went to the folder the process opened at start, not through the link.
     assert_eq!(common::entries(&foreign), ["notes.json"]);
     assert!(kept.join("apres.txt.json").exists());
-    // Downloads still work, and their sweeps (balayage_intervalle_min_ms = 0; without the
-    // deadline marker each one reads the whole store) delete nothing.
+    // Downloads still work, and their sweeps (balayage_intervalle_min_ms = 0: each one reads
+    // the whole store) delete nothing through the link. An orphan two hours old, without a
+    // sidecar in the folder the process opened, proves that they ran.
+    let old = s.files().join("vieux.bin");
+    fs::write(&old, b"x").unwrap();
+    give_to_store_owner(s, &old);
+    set_age(&old, 7200);
     for name in ["apres.txt", "avant.txt"] {
-        fs::remove_file(s.files().join(".tmp/echeance")).unwrap();
         let r = curl(&[&download_url(s, name)]);
         assert_eq!(r.status, 200, "{name}: {}", r.text());
     }
     assert_eq!(common::entries(&foreign), ["notes.json"]);
-    assert!(
-        s.files().join(".tmp/echeance").exists(),
-        "no full sweep ran"
-    );
+    assert!(!old.exists(), "no full sweep ran");
 
     // A new process (the command-line sweep) refuses the link and deletes nothing.
     let o = run(s, &["sweep"]);
@@ -202,12 +203,7 @@ fn lock_markers_and_log_swapped_for_symlinks_leave_the_foreign_file_alone() {
     let before = fs::metadata(&victim).unwrap().mtime();
 
     let tmp = s.files().join(".tmp");
-    for swapped in [
-        tmp.join("verrou"),
-        tmp.join("balayage"),
-        tmp.join("echeance"),
-        s.log_file(),
-    ] {
+    for swapped in [tmp.join("verrou"), tmp.join("balayage"), s.log_file()] {
         assert!(swapped.exists(), "{}", swapped.display());
         fs::remove_file(&swapped).unwrap();
         std::os::unix::fs::symlink(&victim, &swapped).unwrap();

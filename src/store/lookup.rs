@@ -122,10 +122,15 @@ impl Store {
         }
     }
 
-    /// Unlinks a name's sidecar and file.
-    pub(super) fn remove_pair(&self, name: &Name, _: &ExclusiveGuard) {
+    /// Unlinks a name's sidecar and file; the kept total (`total.rs`) loses the file's size
+    /// after the unlinks.
+    pub(super) fn remove_pair(&self, name: &Name, lock: &ExclusiveGuard) {
+        let size = self.stored_size(name);
         let _ = rustix::fs::unlinkat(&self.meta_fd, name.sidecar_file_name(), AtFlags::empty());
-        let _ = rustix::fs::unlinkat(&self.root_fd, name.as_str(), AtFlags::empty());
+        let gone = rustix::fs::unlinkat(&self.root_fd, name.as_str(), AtFlags::empty()).is_ok();
+        if gone {
+            self.subtract_from_total(size, lock);
+        }
     }
 
     /// Reads and parses a sidecar (small: refuses anything over [`SIDECAR_MAX`] bytes). One

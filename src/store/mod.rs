@@ -5,14 +5,16 @@
 //! - `.meta/<name>.json`: its sidecar, written once per upload, never rewritten;
 //! - `.tmp/*.part`: uploads being written (each flock-ed by its writer for its whole life);
 //! - `.tmp/verrou`: the store lock; `.tmp/balayage`: the sweep-cadence marker (its mtime);
-//!   `.tmp/echeance`: the earliest possible expiry (mtime) as of the last real scan (atime);
+//! - `.tmp/index/`: the expiry index (`index.rs`) and the stored bytes' total (`total.rs`);
 //! - `.tmp/envoi-*`: second names of stored files handed to the web server by `X-Sendfile`
 //!   ([`Store::sendfile_alias`]), removed by the sweep after a minute.
 //!
 //! Rooms: this file holds the layout and [`Store`] (the folders' descriptors, paths, opening);
 //! `lock.rs` the store lock as a guard, shared or exclusive; `expiry.rs` the verdicts of
-//! specification §4 (pure functions); `sweep.rs` the sweep; `lookup.rs` the file a request is about;
-//! `publish.rs` uploads, the sidecar write and the two renames.
+//! specification §4 (pure functions); `sweep.rs` the sweep; `index.rs` the expiry index it reads
+//! and the walk that adopts what the index does not know; `total.rs` the bytes stored, for the
+//! capacity; `lookup.rs` the file a request is about; `publish.rs` uploads, the sidecar write and
+//! the two renames.
 //!
 //! Concurrency (several processes, any of which can be SIGKILLed):
 //! - publication renames the sidecar then the file under the store lock held exclusively; a
@@ -34,12 +36,14 @@
 //! path, for the web server to open.
 
 mod expiry;
+mod index;
 mod lock;
 mod lookup;
 mod publish;
 mod sweep;
 #[cfg(test)]
 mod tests;
+mod total;
 
 use std::fs::File;
 use std::io;
@@ -63,9 +67,6 @@ const META: &str = ".meta";
 const TMP: &str = ".tmp";
 const LOCK_FILE: &str = "verrou";
 const SWEEP_MARKER: &str = "balayage";
-const DEADLINE_MARKER: &str = "echeance";
-/// Longest time between two real scans of the store (see [`Store::sweep_now`]).
-const FORCED_SCAN_SECS: i64 = 60;
 const PART_SUFFIX: &str = ".part";
 /// Prefix of the `X-Sendfile` aliases of `.tmp` (see [`Store::sendfile_alias`]).
 const ALIAS_PREFIX: &str = "envoi-";
@@ -173,6 +174,8 @@ pub struct Store {
     root_fd: OwnedFd,
     meta_fd: OwnedFd,
     tmp_fd: OwnedFd,
+    /// `.tmp/index`, the expiry index (`index.rs`).
+    index_fd: OwnedFd,
     lifetimes: expiry::Lifetimes,
     sweep_interval: Duration,
     max_file: u64,
@@ -195,11 +198,15 @@ impl Store {
         notes.extend(meta.note(&root.join(META)));
         let tmp = folders::open_private_at(&root_dir.fd, TMP, &root.join(TMP))?;
         notes.extend(tmp.note(&root.join(TMP)));
+        let index_path = root.join(TMP).join(index::INDEX);
+        let index = folders::open_private_at(&tmp.fd, index::INDEX, &index_path)?;
+        notes.extend(index.note(&index_path));
         Ok(Store {
             root,
             root_fd: root_dir.fd,
             meta_fd: meta.fd,
             tmp_fd: tmp.fd,
+            index_fd: index.fd,
             lifetimes: expiry::Lifetimes {
                 max_age: cfg.duree_max_depot_secondes as i64,
                 max_idle: cfg.duree_inactivite_secondes as i64,
@@ -271,9 +278,13 @@ pub fn touch(file: &File) -> io::Result<()> {
 /// TEST ONLY (feature `injection-pannes`): stops the process with SIGSTOP at the named point
 /// when the environment variable `DEPOT_FICHIERS_TEST_PAUSE` (read once) names it, so that a
 /// test can act (SIGKILL, another request) exactly there. Points of a publication:
-/// `pendant-ecriture` (after the first chunk of an upload is written), `avant-renommage`
+/// `pendant-ecriture` (after the first chunk of an upload is written), `apres-entree-index`
+/// (the expiry index's entry filed, the store lock not yet taken), `avant-renommage`
 /// (sidecar temporary written, store lock held, nothing renamed), `entre-renommages` (sidecar
-/// renamed, file not yet), `apres-renommage` (both renamed, store lock still held); of a
+/// renamed, file not yet), `apres-renommage` (both renamed, store lock still held); of the
+/// expiry index: `index-apres-suppression` (a pair removed, its entry not yet),
+/// `index-avant-deplacement` (a live pair's entry about to move to its real deadline),
+/// `marche-avant-curseur` (a batch of the walk filed, its position not yet saved); of a
 /// download: `avant-x-sendfile` (the file looked up and its link checked, the `X-Sendfile`
 /// answer not yet written). Without the feature this is an empty inline function.
 #[cfg(feature = "injection-pannes")]

@@ -9,12 +9,10 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{AtFlags, OFlags, StatxFlags};
+use rustix::fs::{AtFlags, OFlags};
 use sha2::{Digest, Sha256};
 
-use super::{
-    PART_SUFFIX, Sidecar, Store, StoreError, list_stored_names, open_at, pause_point, stat_entry,
-};
+use super::{PART_SUFFIX, Sidecar, Store, StoreError, open_at, pause_point};
 use crate::names::Name;
 
 /// What a successful publication produced.
@@ -99,21 +97,6 @@ impl Store {
             full: None,
         })
     }
-
-    /// Bytes of stored files, not counting `except` (the version an upload replaces) nor sidecars.
-    fn stored_bytes(&self, except: &Name) -> io::Result<u64> {
-        let root_fd = &self.root_fd;
-        let mut total = 0u64;
-        for raw in list_stored_names(root_fd)? {
-            if raw == except.as_str().as_bytes() {
-                continue;
-            }
-            if let Ok(st) = stat_entry(root_fd, &raw, StatxFlags::SIZE) {
-                total += st.size;
-            }
-        }
-        Ok(total)
-    }
 }
 
 impl Upload<'_> {
@@ -194,9 +177,11 @@ impl Upload<'_> {
         })
     }
 
-    /// Writes the sidecar into its temporary `sc` (`.tmp/<sidecar_part>`), then, under the
-    /// exclusive store lock, checks the capacity and renames the sidecar, then the file, into
-    /// place; `sc` is closed (unlocked) after the renames.
+    /// Writes the sidecar into its temporary `sc` (`.tmp/<sidecar_part>`) and files the pair's
+    /// entry in the expiry index (before the renames: a crash leaves an entry for nothing, never
+    /// a pair the index does not know); then, under the exclusive store lock, checks the capacity
+    /// against the kept total (`total.rs`) and renames the sidecar, then the file, into place;
+    /// `sc` is closed (unlocked) after the renames.
     fn write_sidecar_and_rename(
         &self,
         store: &Store,
@@ -206,22 +191,36 @@ impl Upload<'_> {
     ) -> Result<(), StoreError> {
         sc.write_all(&serde_json::to_vec(sidecar).expect("sidecar serialises"))?;
         sc.sync_all()?;
-        let _lock = store.lock_exclusive()?;
-        if self.capacity > 0 {
-            let others = store.stored_bytes(name)?;
-            if others + self.written > self.capacity {
+        // The new pair's deadline: its mtime is its depot time.
+        store.file_entry(name, store.lifetimes.shortest_from(sidecar.depot_timestamp))?;
+        pause_point("apres-entree-index");
+        let lock = store.lock_exclusive()?;
+        let totals = if store.keeps_total() {
+            let before = store.total(&lock)?;
+            let after = before.saturating_sub(store.stored_size(name)) + self.written;
+            if self.capacity > 0 && after > self.capacity {
                 return Err(StoreError::Full(format!(
                     "capacité du dépôt atteinte ({} octets)",
                     self.capacity
                 )));
             }
-        }
+            // Never below the truth, whatever point a crash stops at.
+            store.set_total(before.max(after), &lock)?;
+            Some((before, after))
+        } else {
+            None
+        };
         pause_point("avant-renommage");
         let sc_name = name.sidecar_file_name();
         rustix::fs::renameat(self.tmp_fd, &self.sidecar_part, &store.meta_fd, &sc_name)?;
         pause_point("entre-renommages");
         rustix::fs::renameat(self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
         pause_point("apres-renommage");
+        if let Some((before, after)) = totals
+            && after < before
+        {
+            store.set_total(after, &lock)?;
+        }
         Ok(())
     }
 }

@@ -4,15 +4,15 @@
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use rustix::fs::{AtFlags, FileType, OFlags, StatxFlags};
+use rustix::fs::{AtFlags, OFlags, StatxFlags};
 
 use super::expiry::{Verdict, now_secs};
 use super::lock::ExclusiveGuard;
 use super::{
-    ALIAS_LIFE_SECS, ALIAS_PREFIX, DEADLINE_MARKER, FORCED_SCAN_SECS, PART_SUFFIX, SWEEP_MARKER,
-    Store, list_names, list_stored_names, open_at, stat_entry,
+    ALIAS_LIFE_SECS, ALIAS_PREFIX, PART_SUFFIX, SWEEP_MARKER, Store, list_names, list_stored_names,
+    open_at, stat_entry,
 };
 use crate::names::Name;
 
@@ -22,9 +22,12 @@ pub struct SweepReport {
     /// False when skipped because another sweep finished less than `balayage_intervalle_min_ms`
     /// ago, or is running right now.
     pub full: bool,
-    /// True when every entry was read; false when the deadline marker proved that none can have
-    /// expired yet.
+    /// True when every entry of the store was read (`sweep_full`); false when the expiry index
+    /// said what to look at.
     pub scanned: bool,
+    /// True when the sweep stopped at its budget with work left (due entries of the index, or
+    /// the adoption of a store the index does not know): the next request sweeps again.
+    pub pending: bool,
     /// Expired files removed with their sidecar.
     pub removed_files: Vec<String>,
     /// Half pairs (a file or a sidecar alone) removed.
@@ -33,14 +36,23 @@ pub struct SweepReport {
     pub removed_temporaries: Vec<String>,
 }
 
+impl SweepReport {
+    /// Pairs and half pairs removed.
+    pub fn removed(&self) -> usize {
+        self.removed_files.len() + self.removed_orphans.len()
+    }
+}
+
 impl Store {
     /// The sweep every request begins with: a full sweep unless another process finished one less
     /// than `balayage_intervalle_min_ms` ago or is running one now.
     ///
     /// With an interval of 0 (the specification's literal "sweep on every request") every request
-    /// reads the whole store: the deadline marker only knows about the files that uploads
-    /// published, not about those that appear otherwise (a file or a sidecar copied or left in
-    /// the folder by hand), and 0 promises that those go at the next request too.
+    /// reads the whole store: the expiry index learns of the files that appear otherwise than by
+    /// an upload (a file or a sidecar copied or left in the folder by hand) only when its walk
+    /// reaches them, and 0 promises that those go at the next request too. Otherwise the sweep
+    /// reads the index ([`Store::sweep_now`]) and, when it stops at its budget with work left,
+    /// does not stamp the marker: the next request, in any process, goes on with it.
     pub fn sweep(&self) -> io::Result<SweepReport> {
         if !self.sweep_interval.is_zero() && self.swept_recently_kept_open() {
             return Ok(SweepReport::default());
@@ -68,10 +80,12 @@ impl Store {
             self.sweep_now()
         };
         // Stamp the end of this sweep: the marker's mtime is the shared cadence clock.
-        if m.len() == 0 {
-            let _ = marker.set_len(1);
+        if report.as_ref().is_ok_and(|r| !r.pending) {
+            if m.len() == 0 {
+                let _ = marker.set_len(1);
+            }
+            let _ = marker.set_modified(SystemTime::now());
         }
-        let _ = marker.set_modified(SystemTime::now());
         report
     }
 
@@ -123,33 +137,27 @@ impl Store {
         true
     }
 
-    /// A full sweep that does not read the stored files when none of them can have expired yet.
-    ///
-    /// The deadline marker's mtime is the earliest second at which a stored file or orphan can
-    /// expire, as of the last real scan (its atime). Until then a scan would find nothing to
-    /// remove: an upload or a download only ever creates deadlines later than that (a new file's
-    /// deadline is at least its publication plus the shorter delay, and every existing deadline is
-    /// at most that), and removals only take deadlines away. A real scan is still forced every
-    /// [`FORCED_SCAN_SECS`] to catch the leftovers of a process killed in the middle of a removal.
+    /// The sweep of a request: the due part of the expiry index, oldest first, the dead writers'
+    /// temporaries, then one step of the walk that adopts what the index does not know — each
+    /// bounded (`index.rs`), so its cost follows what expires and what is left to adopt, not
+    /// how many files the store holds.
     pub fn sweep_now(&self) -> io::Result<SweepReport> {
         let now = now_secs();
-        if let Ok(m) = rustix::fs::statat(&self.tmp_fd, DEADLINE_MARKER, AtFlags::SYMLINK_NOFOLLOW)
-            && FileType::from_raw_mode(m.st_mode) == FileType::RegularFile
-        {
-            let scanned_ago = now - m.st_atime;
-            if now <= m.st_mtime && (0..FORCED_SCAN_SECS).contains(&scanned_ago) {
-                let removed_temporaries = self.remove_dead_temporaries()?;
-                return Ok(SweepReport {
-                    full: true,
-                    removed_temporaries,
-                    ..SweepReport::default()
-                });
-            }
+        let mut report = SweepReport {
+            full: true,
+            ..SweepReport::default()
+        };
+        report.pending = self.sweep_index(now, &mut report)?;
+        report.removed_temporaries = self.remove_dead_temporaries()?;
+        if !report.pending {
+            report.pending = self.walk_step(now)?;
         }
-        self.sweep_full()
+        Ok(report)
     }
 
-    /// A full sweep regardless of the interval (`depot-fichiers sweep`): reads every entry.
+    /// A full sweep regardless of the interval (`depot-fichiers sweep`, and every request when
+    /// the interval is 0): reads every entry, then drops the index's due entries (those of
+    /// pairs it removed, or moves them to their pair's deadline).
     pub fn sweep_full(&self) -> io::Result<SweepReport> {
         let mut report = SweepReport {
             full: true,
@@ -157,9 +165,6 @@ impl Store {
             ..SweepReport::default()
         };
         let now = now_secs();
-        // Files published after this scan started expire no sooner than this (1 s of slack for
-        // whole-second rounding).
-        let mut next_deadline = self.lifetimes.shortest_from(now - 1);
         let root_fd = &self.root_fd;
         let files = list_stored_names(root_fd)?;
         let sidecars: HashSet<Vec<u8>> = list_names(&self.meta_fd)?
@@ -188,7 +193,7 @@ impl Store {
                 st.birth.map(|birth| self.lifetimes.deadline(birth, mtime))
             };
             match earliest {
-                Some(d) if now <= d => next_deadline = next_deadline.min(d),
+                Some(d) if now <= d => {}
                 _ => candidates.push(name),
             }
         }
@@ -207,30 +212,24 @@ impl Store {
         // under the exclusive lock every request of every node would wait meanwhile. Only a
         // candidate whose verdict is Remove takes the lock, one at a time, to be checked again
         // and removed.
-        //
-        // `next_deadline` stays a lower bound of every deadline in the store after this scan,
-        // although the verdicts are read while uploads and downloads go on: a download only moves
-        // a deadline later (the mtime it sets is newer); a publication, even one seen half done
-        // (new sidecar, old file: a young orphan here), leaves a pair whose deadline is no
-        // earlier than the initial `shortest_from(now - 1)`; a removal takes a deadline away.
-        // A verdict read before such a change is therefore at most too early, never too late.
         for name in candidates {
-            let verdict = match self.observe(&name, now).0 {
-                Verdict::Remove => self.remove_if_confirmed(&name, now, &mut report)?,
-                seen => seen,
-            };
-            if let Verdict::Live(d) | Verdict::YoungOrphan(d) = verdict {
-                next_deadline = next_deadline.min(d);
+            if self.observe(&name, now).0 == Verdict::Remove {
+                self.remove_if_confirmed(&name, now, &mut report)?;
             }
         }
         report.removed_temporaries = self.remove_dead_temporaries()?;
-        self.record_deadline(now, next_deadline);
+        // Bounded, should an entry resist its removal (a folder made read-only).
+        for _ in 0..64 {
+            if !self.sweep_index(now, &mut SweepReport::default())? {
+                break;
+            }
+        }
         Ok(report)
     }
 
     /// Takes the exclusive lock for one candidate, checks its verdict again and removes it if
     /// it is still Remove; returns that exact verdict.
-    fn remove_if_confirmed(
+    pub(super) fn remove_if_confirmed(
         &self,
         name: &Name,
         now: i64,
@@ -247,21 +246,6 @@ impl Store {
             }
         }
         Ok(verdict)
-    }
-
-    /// Stores the next possible expiry (mtime) and the time of this scan (atime) in the marker.
-    fn record_deadline(&self, scanned_at: i64, next_deadline: i64) {
-        let at = |secs: i64| UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64);
-        let times = std::fs::FileTimes::new()
-            .set_accessed(at(scanned_at))
-            .set_modified(at(next_deadline));
-        if let Ok(m) = open_at(
-            &self.tmp_fd,
-            DEADLINE_MARKER,
-            OFlags::WRONLY | OFlags::CREATE,
-        ) {
-            let _ = m.set_times(times);
-        }
     }
 
     /// The `.part` files of `.tmp`, live or not, and the `X-Sendfile` aliases.

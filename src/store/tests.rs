@@ -256,8 +256,37 @@ fn an_unreadable_sidecar_waits_for_the_orphan_delay_too() {
     assert_eq!(names_in(&files), [".meta", ".tmp"]);
 }
 
+/// Moves every bucket of the expiry index `secs` seconds earlier: with the stored files' clocks
+/// set back as much, what the index would look like `secs` seconds from now.
+fn age_index(files: &Path, secs: i64) {
+    let index = files.join(".tmp/index");
+    let mut buckets: Vec<i64> = names_in(&index)
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    buckets.sort();
+    for b in buckets {
+        std::fs::rename(
+            index.join(b.to_string()),
+            index.join((b - secs).to_string()),
+        )
+        .unwrap();
+    }
+}
+
+/// The buckets of the expiry index, and the names filed in each.
+fn index_entries(files: &Path) -> Vec<(i64, Vec<String>)> {
+    let index = files.join(".tmp/index");
+    let mut out: Vec<(i64, Vec<String>)> = names_in(&index)
+        .iter()
+        .filter_map(|n| Some((n.parse().ok()?, names_in(&index.join(n)))))
+        .collect();
+    out.sort();
+    out
+}
+
 #[test]
-fn the_deadline_marker_wakes_up_for_a_mismatched_pair() {
+fn the_index_removes_a_mismatched_pair_once_old() {
     let d = tempfile::tempdir().unwrap();
     let (_, store) = test_store(
         d.path(),
@@ -266,17 +295,19 @@ fn the_deadline_marker_wakes_up_for_a_mismatched_pair() {
     let files = d.path().join("files");
     put(&store, "v", b"old version");
     mismatch(d.path(), "v");
-    // Both halves 99 s old: removable in 1 or 2 s, long before anything published now.
-    set_mtime(&files.join("v"), 99);
-    set_mtime(&files.join(".meta/v.json"), 99);
     let r = store.sweep_now().unwrap();
-    assert!(r.scanned && r.removed_files.is_empty());
-    let marker = std::fs::metadata(files.join(".tmp/echeance")).unwrap();
-    assert!(marker.mtime() <= now_secs() + 1, "{}", marker.mtime());
-    std::thread::sleep(Duration::from_millis(2100));
+    assert!(!r.scanned && r.removed() == 0, "{r:?}");
+    // 101 s later: both halves are older than the orphan delay.
+    set_mtime(&files.join("v"), 101);
+    set_mtime(&files.join(".meta/v.json"), 101);
+    age_index(&files, 101);
     let r = store.sweep_now().unwrap();
-    assert!(r.scanned, "the deadline marker held the sweep off");
     assert_eq!(r.removed_files, ["v"]);
+    assert!(
+        index_entries(&files).is_empty(),
+        "{:?}",
+        index_entries(&files)
+    );
 }
 
 #[test]
@@ -516,24 +547,196 @@ fn the_size_limit_comes_before_the_capacity() {
 }
 
 #[test]
-fn sweep_reads_the_store_only_when_something_can_have_expired() {
+fn the_sweep_reads_only_the_due_entries_of_the_index() {
     let d = tempfile::tempdir().unwrap();
     let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 1");
-    put(&store, "a", b"1");
-    let first = store.sweep_now().unwrap();
-    assert!(first.scanned);
-    // Within a second nothing can expire: the next sweeps only look at the marker.
-    let r = store.sweep_now().unwrap();
-    assert!(r.full && !r.scanned, "{r:?}");
-    // A new upload cannot expire sooner than what is already there.
+    let files = d.path().join("files");
+    let a = put(&store, "a", b"1").sidecar.depot_timestamp;
     put(&store, "b", b"2");
-    assert!(!store.sweep_now().unwrap().scanned);
-    std::thread::sleep(Duration::from_millis(2100));
+    // Each publication filed its pair at its deadline.
+    let entries = index_entries(&files);
+    assert!(
+        entries
+            .iter()
+            .any(|(s, n)| *s == a + 1 && n.contains(&"a".to_string())),
+        "{entries:?}"
+    );
     let r = store.sweep_now().unwrap();
-    assert!(r.scanned);
+    assert!(
+        r.full && !r.scanned && !r.pending && r.removed() == 0,
+        "{r:?}"
+    );
+    // 5 s later, nobody downloaded them.
+    set_mtime(&files.join("a"), 5);
+    set_mtime(&files.join("b"), 5);
+    age_index(&files, 5);
+    let r = store.sweep_now().unwrap();
+    assert!(!r.scanned && !r.pending, "{r:?}");
     let mut removed = r.removed_files.clone();
     removed.sort();
     assert_eq!(removed, ["a", "b"]);
+    assert!(index_entries(&files).is_empty());
+    assert!(names_in(&files.join(".meta")).is_empty());
+}
+
+/// A pair downloaded since its entry was filed is alive when the entry comes due: the entry
+/// moves to the pair's real deadline, and the pair stays.
+#[test]
+fn a_due_entry_of_a_live_pair_moves_to_its_real_deadline() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 10");
+    let files = d.path().join("files");
+    put(&store, "a", b"1");
+    age_index(&files, 20);
+    let r = store.sweep_now().unwrap();
+    assert_eq!(r.removed(), 0, "{r:?}");
+    let deadline = std::fs::metadata(files.join("a")).unwrap().mtime() + 10;
+    assert_eq!(index_entries(&files), [(deadline, vec!["a".to_string()])]);
+    assert!(store.lookup(&Name::parse(b"a").unwrap()).unwrap().is_some());
+}
+
+/// One sweep removes at most 64 pairs and leaves the cadence marker unstamped: the next request
+/// goes on at once.
+#[test]
+fn a_sweep_stops_at_its_budget_and_the_next_request_goes_on() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 1\nbalayage_intervalle_min_ms = 60000",
+    );
+    let files = d.path().join("files");
+    assert!(store.sweep().unwrap().full);
+    for i in 0..70 {
+        put(&store, &format!("f{i}"), b"x");
+        set_mtime(&files.join(format!("f{i}")), 5);
+    }
+    age_index(&files, 5);
+    // Within the interval: no sweep.
+    assert!(!store.sweep().unwrap().full);
+    // A minute later, in a process that has not seen the marker yet.
+    set_mtime(&files.join(".tmp/balayage"), 61);
+    let (_, later) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 1\nbalayage_intervalle_min_ms = 60000",
+    );
+    let r = later.sweep().unwrap();
+    assert!(r.full && r.pending, "{r:?}");
+    assert_eq!(r.removed(), index::REMOVALS_PER_SWEEP);
+    let r = later.sweep().unwrap();
+    assert!(r.full && !r.pending, "{r:?}");
+    assert_eq!(r.removed(), 70 - index::REMOVALS_PER_SWEEP);
+    assert!(
+        !later.sweep().unwrap().full,
+        "the finished sweep stamped no marker"
+    );
+    assert!(names_in(&files.join(".meta")).is_empty());
+}
+
+/// A store the index does not know (an earlier version's, with its deadline marker) is adopted
+/// in bounded steps, each request going on with it, and what is due is then removed.
+#[test]
+fn the_walk_adopts_a_store_the_index_does_not_know() {
+    let d = tempfile::tempdir().unwrap();
+    let extra = "duree_inactivite_secondes = 600\nduree_max_depot_secondes = 3600";
+    let files = d.path().join("files");
+    {
+        let (_, store) = test_store(d.path(), extra);
+        for i in 0..300 {
+            put(&store, &format!("f{i:03}"), b"x");
+        }
+    }
+    std::fs::remove_dir_all(files.join(".tmp/index")).unwrap();
+    std::fs::write(files.join(".tmp/echeance"), b"").unwrap();
+    // Expired while nobody indexed it: an orphan an hour old, a pair idle for 11 minutes.
+    std::fs::write(files.join("orphelin"), b"x").unwrap();
+    set_mtime(&files.join("orphelin"), 3601);
+    set_mtime(&files.join("f000"), 601);
+    let (_, store) = test_store(d.path(), extra);
+    let mut steps = 0;
+    let mut removed = Vec::new();
+    loop {
+        let r = store.sweep_now().unwrap();
+        removed.extend(r.removed_files.iter().chain(&r.removed_orphans).cloned());
+        steps += 1;
+        if !r.pending {
+            break;
+        }
+        assert!(steps < 10, "the adoption does not end");
+    }
+    assert!(steps >= 3, "300 names adopted in {steps} steps");
+    assert!(!files.join(".tmp/echeance").exists());
+    removed.extend(store.sweep_now().unwrap().removed_files);
+    removed.extend(store.sweep_now().unwrap().removed_orphans);
+    removed.sort();
+    assert_eq!(removed, ["f000", "orphelin"]);
+    let filed: Vec<String> = index_entries(&files)
+        .into_iter()
+        .flat_map(|(_, n)| n)
+        .collect();
+    assert_eq!(filed.len(), 299, "every stored pair has its entry");
+    let cursor = std::fs::read_to_string(files.join(".tmp/index/curseur")).unwrap();
+    assert!(cursor.starts_with("fait "), "{cursor}");
+}
+
+/// Once adopted, a file put there by hand is found by the walk's next pass, an hour later.
+#[test]
+fn a_file_put_by_hand_is_found_by_the_next_pass_of_the_walk() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "duree_max_depot_secondes = 100");
+    let files = d.path().join("files");
+    assert!(!store.sweep_now().unwrap().pending);
+    std::fs::write(files.join("orphelin"), b"x").unwrap();
+    set_mtime(&files.join("orphelin"), 101);
+    assert_eq!(store.sweep_now().unwrap().removed(), 0);
+    let long_ago = now_secs() - index::WALK_PERIOD_SECS - 1;
+    std::fs::write(
+        files.join(".tmp/index/curseur"),
+        format!("fait {long_ago}\n"),
+    )
+    .unwrap();
+    store.sweep_now().unwrap();
+    assert_eq!(store.sweep_now().unwrap().removed_orphans, ["orphelin"]);
+}
+
+/// The capacity is checked against the kept total: removals and replacements lower it, a total
+/// lost or wrong is counted again.
+#[test]
+fn the_capacity_follows_the_kept_total() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(
+        d.path(),
+        "taille_max_totale_octets = 25\nduree_inactivite_secondes = 1",
+    );
+    let files = d.path().join("files");
+    let total = || std::fs::read_to_string(files.join(".tmp/index/total")).unwrap();
+    put(&store, "a", &[0; 10]);
+    put(&store, "b", &[0; 10]);
+    assert_eq!(total().trim().parse::<u64>().unwrap(), 20);
+    let try_put = |name: &str, n: usize| {
+        let mut up = store.begin_upload().unwrap();
+        up.write(&vec![0; n]).unwrap();
+        up.publish(&store, &Name::parse(name.as_bytes()).unwrap())
+    };
+    assert!(matches!(try_put("c", 10), Err(StoreError::Full(_))));
+    // Replacing a (10) by 1 byte frees 9.
+    try_put("a", 1).unwrap();
+    assert_eq!(total().trim(), format!("{:020}", 11));
+    try_put("c", 14).unwrap();
+    assert!(matches!(try_put("d", 1), Err(StoreError::Full(_))));
+    // Expired and swept: the total loses them.
+    for n in ["a", "b", "c"] {
+        set_mtime(&files.join(n), 5);
+    }
+    age_index(&files, 5);
+    assert_eq!(store.sweep_now().unwrap().removed(), 3);
+    assert_eq!(total().trim().parse::<u64>().unwrap(), 0);
+    // A total lost is counted again; a wrong one is put right by `recount_total`.
+    try_put("e", 20).unwrap();
+    std::fs::remove_file(files.join(".tmp/index/total")).unwrap();
+    assert!(matches!(try_put("f", 6), Err(StoreError::Full(_))));
+    std::fs::write(files.join(".tmp/index/total"), format!("{:020}\n", 999)).unwrap();
+    assert_eq!(store.recount_total().unwrap(), Some(20));
+    try_put("f", 5).unwrap();
 }
 
 /// With an interval of 0 every request reads the store: a file that appeared outside an upload
@@ -603,26 +806,6 @@ fn a_sweep_marker_in_the_future_never_holds_sweeps_off() {
     assert!(!store.sweep().unwrap().full);
 }
 
-/// The deadline marker written by a node whose clock is ahead (scan time and deadline in the
-/// future): this node scans anyway, and removes what has expired by its own clock.
-#[test]
-fn a_deadline_marker_from_a_clock_ahead_does_not_hold_scans_off() {
-    let d = tempfile::tempdir().unwrap();
-    let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 10");
-    put(&store, "a", b"1");
-    assert!(store.sweep_now().unwrap().scanned);
-    let now = now_secs();
-    set_times(
-        &d.path().join("files/.tmp/echeance"),
-        now + 3600,
-        now + 7200,
-    );
-    set_mtime(&d.path().join("files/a"), 11);
-    let r = store.sweep_now().unwrap();
-    assert!(r.scanned, "{r:?}");
-    assert_eq!(r.removed_files, ["a"]);
-}
-
 /// Depot times and mtimes written by a node whose clock is ahead (negative ages): the file
 /// lives longer by the skew, never shorter; an orphan from the future is young.
 #[test]
@@ -653,9 +836,9 @@ fn times_from_a_clock_ahead_never_expire_anything_early() {
         "a file with a future depot time was not served"
     );
     assert!(files.join("orphelin").exists());
-    // The deadline marker does not hold scans off past what is stored now.
-    let marker = std::fs::metadata(files.join(".tmp/echeance")).unwrap();
-    assert!(marker.mtime() <= now_secs() + 10, "{}", marker.mtime());
+    let r = store.sweep_now().unwrap();
+    assert_eq!(r.removed(), 0, "{r:?}");
+    assert!(files.join("orphelin").exists());
 }
 
 /// A removed marker is noticed once the interval that the kept one promised has passed (the

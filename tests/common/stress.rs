@@ -918,9 +918,19 @@ pub fn stress_with(
     let tmp = entries(&files.join(".tmp"));
     if tmp
         .iter()
-        .any(|n| !["verrou", "balayage", "echeance"].contains(&n.as_str()))
+        .any(|n| !["verrou", "balayage", "index"].contains(&n.as_str()))
     {
         h.violation(format!("left in .tmp: {tmp:?}"));
+    }
+    // The expiry index keeps no entry for a file that is gone: no bucket is left.
+    let buckets: Vec<String> = entries(&files.join(".tmp/index"))
+        .into_iter()
+        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    if !buckets.is_empty() {
+        h.violation(format!(
+            "expiry index buckets left after expiry: {buckets:?}"
+        ));
     }
 
     let mut report = format!(

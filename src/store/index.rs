@@ -1,0 +1,436 @@
+//! The expiry index (specification §4): what the sweep reads instead of the whole store, so that
+//! its cost follows what expires, not what is stored.
+//!
+//! Layout of `.tmp/index/`:
+//! - `<second>/<name>`: an empty entry saying "the pair `<name>` cannot expire before `<second>`
+//!   has passed" (a bucket per deadline second, seconds since the epoch);
+//! - `curseur`: where the walk stands (see below);
+//! - `total`: the bytes of the stored files, for `taille_max_totale_octets` (see `total.rs`).
+//!
+//! The rules that make it crash-safe without a lock of its own:
+//! - an entry is a lower bound: a pair's real deadline is never earlier than the second of any
+//!   of its entries. A publication files its entry *before* its renames (a process killed in
+//!   between leaves an entry for nothing, never a pair without an entry); a download only
+//!   pushes a deadline later and writes nothing here;
+//! - an entry is consumed only once its second has passed, and then the pair is judged exactly
+//!   (`Store::observe`, then under the exclusive lock before any removal): an expired pair is
+//!   removed and its entry after it; a live one has its entry moved to the bucket of its real
+//!   deadline (one `rename`, which also merges duplicates); an entry for nothing goes;
+//! - a sweep does a bounded amount of work (at most [`REMOVALS_PER_SWEEP`] removals and
+//!   [`ENTRIES_PER_SWEEP`] entries); what is left is done by the next sweep, which the next
+//!   request starts at once (the cadence marker is not stamped while work is left);
+//! - one sweeper at a time (it holds the cadence marker's lock, which a dead process lets go);
+//!   should two ever run, every step is idempotent (an entry gone is skipped, a removal is
+//!   re-checked under the exclusive lock).
+//!
+//! The walk: pairs that no entry knows (a store written by a version without the index, restored
+//! from a backup, a file put there by hand, an entry lost with a power cut) are found by walking
+//! the root and `.meta` in batches of [`WALK_PER_SWEEP`] names, resuming from a directory
+//! position saved in `curseur`, and filing an entry for each at its exact deadline (the verdict
+//! of a lookup; an entry already there is left alone).
+//! A store without `curseur` is walked at once (every request continues the walk until it is
+//! done: an upgrade is adopted while serving); afterwards the walk is a backstop that starts
+//! again every [`WALK_PERIOD_SECS`], one batch per sweep. A position that a filesystem does not
+//! keep stable across entries added and removed (some FUSE filesystems) may skip a name in one
+//! pass; the next pass catches it.
+
+use std::io::{self, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use super::expiry::Verdict;
+use super::{META, Store, SweepReport, TMP, open_at, pause_point};
+use crate::names::Name;
+
+/// The index folder, in `.tmp`.
+pub(super) const INDEX: &str = "index";
+/// The walk's state, in the index folder.
+const CURSOR: &str = "curseur";
+/// Where a new state of the walk is written before it is renamed over [`CURSOR`].
+const CURSOR_NEW: &str = "curseur.nouveau";
+/// At most this many pairs removed by one sweep (specification §4: one request after expiry still
+/// removes every due file when at most 64 are due).
+pub(super) const REMOVALS_PER_SWEEP: usize = 64;
+/// At most this many entries looked at by one sweep (removed, moved or dropped).
+pub(super) const ENTRIES_PER_SWEEP: usize = 256;
+/// At most this many names of the store looked at by one step of the walk.
+pub(super) const WALK_PER_SWEEP: usize = 128;
+/// Once the store is adopted, the walk starts again this long after its last pass ended.
+pub(super) const WALK_PERIOD_SECS: i64 = 3600;
+
+/// Where the walk stands, as `curseur` says (one line of text).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Walk {
+    /// Walking `folder`, resuming after the directory position `at` (0: from the start).
+    /// `adopting`: the first pass over a store, done by every request until it ends.
+    Walking {
+        adopting: bool,
+        folder: Folder,
+        at: i64,
+    },
+    /// The last pass ended at this second.
+    Done(i64),
+}
+
+/// The two folders the walk reads, in this order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Folder {
+    /// The stored files.
+    Root,
+    /// The sidecars (finds a sidecar whose file is gone).
+    Meta,
+}
+
+impl Walk {
+    /// The first pass over a store.
+    const ADOPTION: Walk = Walk::Walking {
+        adopting: true,
+        folder: Folder::Root,
+        at: 0,
+    };
+
+    /// Reads the line of `curseur`; anything unreadable starts an adoption again (safe: the walk
+    /// only ever adds entries).
+    pub(super) fn parse(line: &str) -> Walk {
+        let mut words = line.split_whitespace();
+        let parsed = match (words.next(), words.next(), words.next()) {
+            (Some("fait"), Some(t), None) => t.parse().ok().map(Walk::Done),
+            (Some(kind @ ("adoption" | "controle")), Some(f), Some(at)) => {
+                let folder = match f {
+                    "racine" => Some(Folder::Root),
+                    "meta" => Some(Folder::Meta),
+                    _ => None,
+                };
+                folder
+                    .zip(at.parse().ok())
+                    .map(|(folder, at)| Walk::Walking {
+                        adopting: kind == "adoption",
+                        folder,
+                        at,
+                    })
+            }
+            _ => None,
+        };
+        parsed.unwrap_or(Walk::ADOPTION)
+    }
+
+    /// The line written to `curseur`.
+    pub(super) fn line(self) -> String {
+        match self {
+            Walk::Done(t) => format!("fait {t}\n"),
+            Walk::Walking {
+                adopting,
+                folder,
+                at,
+            } => {
+                let kind = if adopting { "adoption" } else { "controle" };
+                let f = match folder {
+                    Folder::Root => "racine",
+                    Folder::Meta => "meta",
+                };
+                format!("{kind} {f} {at}\n")
+            }
+        }
+    }
+}
+
+/// The bucket name of a deadline second.
+fn bucket_name(second: i64) -> String {
+    second.to_string()
+}
+
+/// The deadline second of a bucket name; `None` for anything else in the index folder.
+fn bucket_second(raw: &[u8]) -> Option<i64> {
+    if raw.is_empty() || !raw.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(raw).ok()?.parse().ok()
+}
+
+impl Store {
+    /// Files an entry for `name` in the bucket of `second` (created if missing). An entry that is
+    /// already there is left as it is.
+    pub(super) fn file_entry(&self, name: &Name, second: i64) -> io::Result<()> {
+        let bucket = bucket_name(second);
+        // A sweeper removes a bucket it emptied: create it again and retry, a few times.
+        let mut tries = 0;
+        loop {
+            match rustix::fs::mkdirat(&self.index_fd, bucket.as_str(), Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let created = open_bucket(&self.index_fd, &bucket).and_then(|dir| {
+                open_at(&dir, name.as_str(), OFlags::WRONLY | OFlags::CREATE).map(drop)
+            });
+            match created {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    /// Moves the entry `name` of bucket `from` (open as `from_dir`) to the bucket of `second`.
+    fn refile(&self, from_dir: &OwnedFd, name: &Name, second: i64) -> io::Result<()> {
+        let bucket = bucket_name(second);
+        let mut tries = 0;
+        loop {
+            match rustix::fs::mkdirat(&self.index_fd, bucket.as_str(), Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let to = open_bucket(&self.index_fd, &bucket)?;
+            match rustix::fs::renameat(from_dir, name.as_str(), &to, name.as_str()) {
+                Ok(()) => return Ok(()),
+                // The target bucket removed meanwhile by a sweeper that had just emptied it.
+                Err(rustix::io::Errno::NOENT) if tries < 3 => {
+                    // …or our entry taken by another sweeper: then there is nothing to move.
+                    if rustix::fs::statat(from_dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                        .is_err()
+                    {
+                        return Ok(());
+                    }
+                    tries += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The due part of the index, oldest first: every entry whose second has passed, within the
+    /// budgets of one sweep. Says whether due entries are left for the next sweep.
+    pub(super) fn sweep_index(&self, now: i64, report: &mut SweepReport) -> io::Result<bool> {
+        let mut due: Vec<i64> = super::list_names(&self.index_fd)?
+            .iter()
+            .filter_map(|raw| bucket_second(raw))
+            .filter(|&s| s < now)
+            .collect();
+        due.sort_unstable();
+        let mut looked_at = 0;
+        for second in due {
+            let bucket = bucket_name(second);
+            let dir = match open_bucket(&self.index_fd, &bucket) {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let mut entries = rustix::fs::Dir::read_from(dir.as_fd())?;
+            while let Some(entry) = entries.read() {
+                let entry = entry?;
+                let raw = entry.file_name().to_bytes();
+                if raw == b"." || raw == b".." {
+                    continue;
+                }
+                if looked_at == ENTRIES_PER_SWEEP || report.removed() == REMOVALS_PER_SWEEP {
+                    return Ok(true);
+                }
+                looked_at += 1;
+                let Ok(name) = Name::parse(raw) else {
+                    let _ = rustix::fs::unlinkat(&dir, raw, AtFlags::empty());
+                    continue;
+                };
+                let verdict = match self.observe(&name, now).0 {
+                    Verdict::Remove => self.remove_if_confirmed(&name, now, report)?,
+                    seen => seen,
+                };
+                match verdict {
+                    Verdict::Live(d) | Verdict::YoungOrphan(d) => {
+                        pause_point("index-avant-deplacement");
+                        self.refile(&dir, &name, d)?
+                    }
+                    Verdict::Remove | Verdict::Absent => {
+                        if verdict == Verdict::Remove {
+                            pause_point("index-apres-suppression");
+                        }
+                        let _ = rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty());
+                    }
+                }
+            }
+            // Emptied: a publication that files into it meanwhile creates it again.
+            let _ = rustix::fs::unlinkat(&self.index_fd, bucket.as_str(), AtFlags::REMOVEDIR);
+        }
+        Ok(false)
+    }
+
+    /// Where the walk stands; a store without `curseur` has never been walked.
+    pub(super) fn walk_state(&self) -> Walk {
+        let mut line = String::new();
+        match open_at(&self.index_fd, CURSOR, OFlags::RDONLY) {
+            Ok(f) => {
+                use std::io::Read;
+                let _ = f.take(256).read_to_string(&mut line);
+                Walk::parse(&line)
+            }
+            Err(_) => Walk::ADOPTION,
+        }
+    }
+
+    fn set_walk_state(&self, walk: Walk) -> io::Result<()> {
+        let mut f = open_at(
+            &self.index_fd,
+            CURSOR_NEW,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
+        )?;
+        f.write_all(walk.line().as_bytes())?;
+        drop(f);
+        rustix::fs::renameat(&self.index_fd, CURSOR_NEW, &self.index_fd, CURSOR)?;
+        Ok(())
+    }
+
+    /// One step of the walk (at most [`WALK_PER_SWEEP`] names). Says whether the store is still
+    /// being adopted (the next request should go on at once).
+    pub(super) fn walk_step(&self, now: i64) -> io::Result<bool> {
+        let mut walk = match self.walk_state() {
+            Walk::Done(t) if (0..WALK_PERIOD_SECS).contains(&(now - t)) => return Ok(false),
+            Walk::Done(_) => Walk::Walking {
+                adopting: false,
+                folder: Folder::Root,
+                at: 0,
+            },
+            walking => walking,
+        };
+        if walk == Walk::ADOPTION {
+            // The marker of the full scans the index replaces (earlier versions).
+            let _ = rustix::fs::unlinkat(&self.tmp_fd, "echeance", AtFlags::empty());
+        }
+        let mut budget = WALK_PER_SWEEP;
+        while let Walk::Walking {
+            adopting,
+            folder,
+            at,
+        } = walk
+        {
+            let (reached, ended) = self.walk_folder(folder, at, &mut budget, now)?;
+            walk = match (ended, folder) {
+                (false, _) => Walk::Walking {
+                    adopting,
+                    folder,
+                    at: reached,
+                },
+                (true, Folder::Root) => Walk::Walking {
+                    adopting,
+                    folder: Folder::Meta,
+                    at: 0,
+                },
+                (true, Folder::Meta) => Walk::Done(now),
+            };
+            if !ended {
+                break;
+            }
+        }
+        pause_point("marche-avant-curseur");
+        self.set_walk_state(walk)?;
+        Ok(matches!(walk, Walk::Walking { adopting: true, .. }))
+    }
+
+    /// Walks `folder` from the position `at` until `budget` names are used up or the folder
+    /// ends, filing an entry for each pair at its exact deadline (`Store::observe`: the pair
+    /// removable now is filed as due). Says the position reached and whether the folder ended.
+    fn walk_folder(
+        &self,
+        folder: Folder,
+        at: i64,
+        budget: &mut usize,
+        now: i64,
+    ) -> io::Result<(i64, bool)> {
+        let dir = match folder {
+            Folder::Root => &self.root_fd,
+            Folder::Meta => &self.meta_fd,
+        };
+        let mut entries = rustix::fs::Dir::read_from(dir.as_fd())?;
+        if at != 0 {
+            entries.seek(at)?;
+        }
+        let mut position = at;
+        while let Some(entry) = entries.read() {
+            let entry = entry?;
+            if *budget == 0 {
+                return Ok((position, false));
+            }
+            position = entry.offset();
+            let raw = entry.file_name().to_bytes();
+            if raw == b"." || raw == b".." {
+                continue;
+            }
+            *budget -= 1;
+            let name = match folder {
+                Folder::Root if raw == META.as_bytes() || raw == TMP.as_bytes() => continue,
+                Folder::Root => Name::parse(raw).ok(),
+                // A sidecar whose file is there was seen with its file.
+                Folder::Meta => raw
+                    .strip_suffix(b".json")
+                    .and_then(|n| Name::parse(n).ok())
+                    .filter(|n| self.stored_size_of(n).is_none()),
+            };
+            let Some(name) = name else { continue };
+            let second = match self.observe(&name, now).0 {
+                Verdict::Live(d) | Verdict::YoungOrphan(d) => d,
+                Verdict::Remove => now - 1,
+                Verdict::Absent => continue,
+            };
+            self.file_entry(&name, second)?;
+        }
+        Ok((position, true))
+    }
+}
+
+/// Opens a bucket of the index, never through a symbolic link.
+fn open_bucket(index: &OwnedFd, bucket: &str) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        index,
+        bucket,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walk_state_reads_back_what_it_wrote_and_anything_else_is_an_adoption() {
+        for w in [
+            Walk::ADOPTION,
+            Walk::Done(1_785_000_000),
+            Walk::Walking {
+                adopting: false,
+                folder: Folder::Meta,
+                at: -42,
+            },
+            Walk::Walking {
+                adopting: true,
+                folder: Folder::Root,
+                at: 9_007_199_254_740_993,
+            },
+        ] {
+            assert_eq!(Walk::parse(&w.line()), w);
+        }
+        for garbage in [
+            "",
+            "fait",
+            "fait x",
+            "controle ailleurs 3",
+            "adoption racine",
+            "\0",
+        ] {
+            assert_eq!(Walk::parse(garbage), Walk::ADOPTION, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn only_digit_names_are_buckets() {
+        assert_eq!(bucket_second(b"1785000000"), Some(1_785_000_000));
+        assert_eq!(bucket_second(&bucket_name(7).into_bytes()), Some(7));
+        for not in [
+            &b""[..],
+            b"curseur",
+            b"total",
+            b"-1",
+            b"12a",
+            b"curseur.nouveau",
+        ] {
+            assert_eq!(bucket_second(not), None);
+        }
+    }
+}

@@ -26,7 +26,12 @@ pub fn document(cfg: &Config) -> serde_json::Value {
 pub fn handle(app: &App, req: &Request) -> Response {
     let method = req.method();
     if method != "GET" && method != "HEAD" {
-        return ApiError::MethodeNonAutorisee("GET, HEAD").to_response();
+        let e = ApiError::MethodeNonAutorisee("GET, HEAD");
+        app.log.refused(&format!(
+            "GET /.well-known/oauth-protected-resource — {}",
+            e.log_words(method)
+        ));
+        return e.to_response();
     }
     Response::json(200, &document(&app.cfg))
         .header("Cache-Control", "public, max-age=3600")

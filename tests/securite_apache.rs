@@ -275,12 +275,50 @@ fn watch_spool(
     max
 }
 
-/// 100 MB sent with no credentials to each endpoint, with and without `Expect: 100-continue`:
-/// the shipped configuration refuses each having taken less than 1 MiB of it (bytes the client
-/// managed to send through a 16 KiB send buffer, and nothing spooled by mod_fcgid meanwhile),
-/// and every refusal keeps its answer: the endpoint's JSON, `WWW-Authenticate` on `/mcp.php`,
-/// 405 for a `POST` to `/download.php`, and the log line. A token (or bearer) that is right still
-/// passes: an authenticated oversized MCP call gets 413, not a parse error.
+/// Runs `send` while [`watch_spool`] watches mod_fcgid's spool folder: what `send` returns, and
+/// the largest total size seen there.
+fn watched<T>(a: &Apache, send: impl FnOnce() -> T) -> (T, u64) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (dir, stop) = (a.spool_dir(), stop.clone());
+        std::thread::spawn(move || watch_spool(dir, stop))
+    };
+    let out = send();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    (out, watcher.join().unwrap())
+}
+
+/// The lines the program added to its log since `before` (its earlier text).
+fn new_log_lines(a: &Apache, before: &str) -> Vec<String> {
+    let log = fs::read_to_string(a.state.log_file()).unwrap_or_default();
+    log[before.len().min(log.len())..]
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// One request of [`a_refused_request_never_has_its_body_taken`] and what must come back.
+struct Refused {
+    what: &'static str,
+    method: &'static str,
+    path: &'static str,
+    headers: Vec<String>,
+    status: u16,
+    /// The `Allow` header of a 405.
+    allow: Option<&'static str>,
+    /// Answered by the program (its JSON, its log line), or by Apache alone (outside the
+    /// endpoints: no program, no log line).
+    by_the_program: bool,
+}
+
+/// 100 MB sent with no credentials to each endpoint, and to paths that are none (`/x.php`, `/`),
+/// with and without `Expect: 100-continue`: the shipped configuration refuses each having taken
+/// less than 1 MiB of it (bytes the client managed to send through a 16 KiB send buffer, and
+/// nothing spooled by mod_fcgid meanwhile — the same watcher sees an authenticated 5 MB upload
+/// spooled), and every refusal keeps its answer: the endpoint's JSON, `WWW-Authenticate` on
+/// `/mcp.php`, 405 with `Allow`, and one log line. A token (or bearer) that is right still
+/// passes: an authenticated oversized MCP call gets 413 and its JSON-RPC error, not a parse
+/// error, having sent little more than mcp.php's 1 MiB.
 #[test]
 fn a_refused_request_never_has_its_body_taken() {
     use common::introspection::{self, IntrospectionServer};
@@ -300,52 +338,88 @@ fn a_refused_request_never_has_its_body_taken() {
     let port = a.state.port;
     const BIG: u64 = 100_000_000;
     const MIB: u64 = 1 << 20;
+
+    // The watcher sees what mod_fcgid spools: an authenticated 5 MB upload, sent at 20 MB/s.
+    let content = bytes(5_000_000, 5);
+    let (_d, p) = local_file("temoin.bin", &content);
+    let (r, spooled) = watched(&a, || {
+        curl(&[
+            "--limit-rate",
+            "20M",
+            "-H",
+            &format!("Authorization: Bearer {}", a.token()),
+            "-F",
+            &format!("fichier=@{}", p.display()),
+            &format!("{}/upload.php", a.url()),
+        ])
+    });
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
+    assert!(
+        spooled >= 4 * MIB,
+        "the watcher saw {spooled} bytes of an authenticated 5 MB upload in {}",
+        a.spool_dir().display()
+    );
+
     let wrong = "Authorization: Bearer mauvais-token-mauvais-token-mauvais".to_string();
-    let cases: Vec<(&str, &str, &str, Vec<String>, u16)> = vec![
-        ("dépôt sans token", "POST", "/upload.php", vec![], 401),
-        (
+    let case = |what, method, path, headers: &[&String], status, allow| Refused {
+        what,
+        method,
+        path,
+        headers: headers.iter().map(|h| h.to_string()).collect(),
+        status,
+        allow,
+        by_the_program: true,
+    };
+    let mut cases = vec![
+        case("dépôt sans token", "POST", "/upload.php", &[], 401, None),
+        case(
             "dépôt, mauvais token",
             "POST",
             "/upload.php",
-            vec![wrong.clone()],
+            &[&wrong],
             401,
+            None,
         ),
-        ("dépôt en PUT", "PUT", "/upload.php", vec![], 405),
-        (
+        case("dépôt en PUT", "PUT", "/upload.php", &[], 405, Some("POST")),
+        case(
             "téléchargement en POST",
             "POST",
             "/download.php?fichier=x&token=y",
-            vec![],
+            &[],
             405,
+            Some("GET, HEAD"),
         ),
-        ("MCP sans jeton", "POST", "/mcp.php", vec![], 401),
-        (
+        case("MCP sans jeton", "POST", "/mcp.php", &[], 401, None),
+        case(
             "MCP, mauvais jeton",
             "POST",
             "/mcp.php",
-            vec![wrong.clone()],
+            &[&wrong],
             401,
+            None,
         ),
-        (
+        case(
             "découverte en POST",
             "POST",
             "/.well-known/oauth-protected-resource",
-            vec![],
+            &[],
             405,
+            Some("GET, HEAD"),
         ),
     ];
+    for (what, path) in [("un autre nom", "/x.php"), ("la racine", "/")] {
+        cases.push(Refused {
+            by_the_program: false,
+            ..case(what, "POST", path, &[], 413, None)
+        });
+    }
     for expect in [false, true] {
-        for (what, method, path, headers, status) in &cases {
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let watcher = {
-                let (dir, stop) = (a.spool_dir(), stop.clone());
-                std::thread::spawn(move || watch_spool(dir, stop))
-            };
+        for c in &cases {
             let before = fs::read_to_string(a.state.log_file()).unwrap_or_default();
-            let sent = send_big(port, method, path, headers, BIG, expect);
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            let spooled = watcher.join().unwrap();
-            let label = format!("{what} (Expect: {expect})");
+            let (sent, spooled) = watched(&a, || {
+                send_big(port, c.method, c.path, &c.headers, BIG, expect)
+            });
+            let label = format!("{} (Expect: {expect})", c.what);
             assert!(
                 sent.body < MIB,
                 "{label}: the server took {} bytes of the body",
@@ -354,11 +428,25 @@ fn a_refused_request_never_has_its_body_taken() {
             assert!(spooled < MIB, "{label}: mod_fcgid spooled {spooled} bytes");
             assert_eq!(
                 sent.status(),
-                *status,
+                c.status,
                 "{label}:\n{}\n{}",
                 String::from_utf8_lossy(&sent.answer),
                 a.state.logs()
             );
+            assert_eq!(
+                sent.header("Allow").as_deref(),
+                c.allow,
+                "{label}: {}",
+                String::from_utf8_lossy(&sent.answer)
+            );
+            let lines = new_log_lines(&a, &before);
+            if !c.by_the_program {
+                assert!(
+                    lines.is_empty(),
+                    "{label}: the program was called: {lines:?}"
+                );
+                continue;
+            }
             assert_eq!(
                 sent.header("Content-Type").as_deref(),
                 Some("application/json"),
@@ -367,48 +455,59 @@ fn a_refused_request_never_has_its_body_taken() {
             );
             let body: serde_json::Value = serde_json::from_str(sent.body_text().trim())
                 .unwrap_or_else(|e| panic!("{label}: not JSON ({e}): {}", sent.body_text()));
-            if path.starts_with("/mcp.php") && *status == 401 {
+            if c.path.starts_with("/mcp.php") && c.status == 401 {
                 let challenge = sent.header("WWW-Authenticate").unwrap_or_default();
                 assert!(
                     challenge.contains("resource_metadata="),
                     "{label}: {challenge}"
                 );
-            } else if path.starts_with("/upload.php") || path.starts_with("/download.php") {
-                let code = if *status == 401 {
+            } else {
+                let code = if c.status == 401 {
                     "token_invalide"
                 } else {
                     "methode_non_autorisee"
                 };
                 assert_eq!(body["erreur"], code, "{label}: {body}");
             }
-            if *status == 401 {
-                let log = fs::read_to_string(a.state.log_file()).unwrap_or_default();
-                let new = &log[before.len().min(log.len())..];
-                assert!(
-                    new.lines().any(|l| l.ends_with("REFUSÉ")),
-                    "{label}: no log line:\n{new}"
-                );
-            }
+            // One line, the refusal's, naming the endpoint the client asked for.
+            let endpoint = c.path.split('?').next().unwrap();
+            assert!(
+                lines.len() == 1
+                    && lines[0].ends_with("— REFUSÉ")
+                    && lines[0].contains(&format!(" {endpoint} ")),
+                "{label}: log lines {lines:?}"
+            );
         }
     }
     // Still answered right when the credentials are: an oversized MCP call with a valid bearer
-    // is refused for its size, before or after Apache's limit.
+    // is refused for its size (413, JSON-RPC -32600), with or without `Expect`, before or after
+    // Apache's limit, having sent little more than that limit.
     let valid = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
-    for len in [2 * MIB, BIG] {
-        let sent = send_big(
-            port,
-            "POST",
-            "/mcp.php",
-            std::slice::from_ref(&valid),
-            len,
-            true,
-        );
-        assert_eq!(
-            sent.status(),
-            413,
-            "{}",
-            String::from_utf8_lossy(&sent.answer)
-        );
-        assert!(sent.body < MIB + 64 * 1024, "{} bytes", sent.body);
+    for expect in [true, false] {
+        for len in [2 * MIB, BIG] {
+            let sent = send_big(
+                port,
+                "POST",
+                "/mcp.php",
+                std::slice::from_ref(&valid),
+                len,
+                expect,
+            );
+            let label = format!("MCP de {len} octets, jeton valide (Expect: {expect})");
+            assert_eq!(
+                sent.status(),
+                413,
+                "{label}: {}",
+                String::from_utf8_lossy(&sent.answer)
+            );
+            let body: serde_json::Value = serde_json::from_str(sent.body_text().trim())
+                .unwrap_or_else(|e| panic!("{label}: not JSON ({e}): {}", sent.body_text()));
+            assert_eq!(body["error"]["code"], -32600, "{label}: {body}");
+            assert!(
+                sent.body < MIB + 64 * 1024,
+                "{label}: {} bytes taken",
+                sent.body
+            );
+        }
     }
 }

@@ -174,20 +174,24 @@ fn download(s: &Server, query: &str) -> FcgiResponse {
 }
 
 fn mcp(s: &Server, body: &[u8]) -> FcgiResponse {
+    mcp_as(s, body, Some("2025-06-18"))
+}
+
+/// A `/mcp.php` call with this `MCP-Protocol-Version` header (`None`: no header, which means
+/// 2025-03-26, the era of JSON-RPC batches).
+fn mcp_as(s: &Server, body: &[u8], version: Option<&str>) -> FcgiResponse {
     let auth = format!("Bearer {}", introspection::TOK_ACTIVE);
     let len = body.len().to_string();
-    s.request(
-        &[
-            ("REQUEST_METHOD", "POST"),
-            ("SCRIPT_NAME", "/mcp.php"),
-            ("REQUEST_URI", "/mcp.php"),
-            ("HTTP_AUTHORIZATION", &auth),
-            ("CONTENT_TYPE", "application/json"),
-            ("CONTENT_LENGTH", &len),
-            ("HTTP_MCP_PROTOCOL_VERSION", "2025-06-18"),
-        ],
-        body,
-    )
+    let mut params = vec![
+        ("REQUEST_METHOD", "POST"),
+        ("SCRIPT_NAME", "/mcp.php"),
+        ("REQUEST_URI", "/mcp.php"),
+        ("HTTP_AUTHORIZATION", &auth),
+        ("CONTENT_TYPE", "application/json"),
+        ("CONTENT_LENGTH", &len),
+    ];
+    params.extend(version.map(|v| ("HTTP_MCP_PROTOCOL_VERSION", v)));
+    s.request(&params, body)
 }
 
 fn json(r: &FcgiResponse) -> Value {
@@ -618,6 +622,51 @@ const TABLE: &[Row] = &[
             let one = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
             let b = format!("[{}]", vec![one; 20_000].join(","));
             assert_rpc_error("batch", &mcp(s, b.as_bytes()), 400, -32600);
+        },
+    ),
+    (
+        "900 kB JSON-RPC id → answered, the id echoed whole",
+        |s| {
+            let id = "i".repeat(900_000);
+            let b = format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"ping"}}"#);
+            for version in [Some("2025-06-18"), None] {
+                let r = mcp_as(s, b.as_bytes(), version);
+                assert_eq!(r.status, 200, "{version:?}: {}", r.status);
+                let v = json(&r);
+                assert_eq!(v["result"], serde_json::json!({}), "{version:?}");
+                assert!(
+                    v["id"].as_str() == Some(id.as_str()),
+                    "{version:?}: id changed"
+                );
+                assert!(
+                    r.body.len() < 901_000,
+                    "{version:?}: {} bytes",
+                    r.body.len()
+                );
+            }
+        },
+    ),
+    (
+        "a batch of 15 000 notifications in 2025-03-26 → 202, empty body",
+        |s| {
+            let one = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+            let b = format!("[{}]", vec![one; 15_000].join(","));
+            assert!(b.len() < 1 << 20, "{} bytes", b.len());
+            let r = mcp_as(s, b.as_bytes(), None);
+            assert_eq!(r.status, 202, "{}", r.text());
+            assert!(r.body.is_empty(), "{} bytes", r.body.len());
+            // With one call at the end, only that call is answered.
+            let b = format!(
+                "[{},{}]",
+                vec![one; 15_000].join(","),
+                r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#
+            );
+            let r = mcp_as(s, b.as_bytes(), None);
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(
+                json(&r),
+                serde_json::json!([{"jsonrpc":"2.0","id":7,"result":{}}])
+            );
         },
     ),
     ("invalid UTF-8 in a JSON string → -32700", |s| {

@@ -9,12 +9,14 @@
  *     "lent" (used to hold a process long enough to grow mod_fcgid's pool).
  * Built by bench/run with `cc -O2`.
  *
- * Built with -DAPPELS_DU_CONTRAT='"<state folder>"' (bench/run: repondeur-contrat), a GET also
- * makes the system calls the contract asks of every download, and nothing else: open the stored
- * file (fstat for its size) and its sidecar (one read), read the file (pread), set its mtime
- * (futimens, to the time just read, as the program does), append one line to a log kept open in O_APPEND mode and read its link
- * count and size (statx without the times, as the program's size and rotation check does). No parsing, no check, no lock, no sweep: the floor that
- * the contract's own work puts under any program, measured in the same Apache. */
+ * Built with -DAPPELS_DE_LA_SPEC='"<state folder>"' (bench/run: repondeur-spec), a GET also
+ * makes the system calls the specification (docs/SPECIFICATION.md) asks of every download, and
+ * nothing else: open the stored file (fstat for its size) and its sidecar (one read), read the
+ * file (pread), set its mtime (futimens, to the time just read, as the program does), append one
+ * line to a log kept open in O_APPEND mode and read its link count and size (statx without the
+ * times, as the program's size and rotation check does). No parsing, no check, no lock, no
+ * sweep: the floor that the specification's own work puts under any program, measured in the
+ * same Apache. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -24,7 +26,7 @@
 
 static char body[10240];
 
-#ifdef APPELS_DU_CONTRAT
+#ifdef APPELS_DE_LA_SPEC
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -32,14 +34,14 @@ static char body[10240];
 
 static int dir_files = -1, dir_meta = -1, log_fd = -1;
 
-static void contract_open(void) {
-    dir_files = open(APPELS_DU_CONTRAT "/files", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+static void spec_open(void) {
+    dir_files = open(APPELS_DE_LA_SPEC "/files", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     dir_meta = openat(dir_files, ".meta", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    log_fd = open(APPELS_DU_CONTRAT "/log/repondeur-contrat.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    log_fd = open(APPELS_DE_LA_SPEC "/log/repondeur-spec.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
 }
 
 /* The download of petit.bin into out (room bytes at most); its length, or -1. */
-static long contract_download(unsigned char *out, size_t room) {
+static long spec_download(unsigned char *out, size_t room) {
     static char sidecar[4097];
     int fd = openat(dir_files, "petit.bin", O_RDONLY | O_NOATIME | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -144,8 +146,8 @@ static void serve(int c) {
     } else {
         len = sizeof head_get - 1;
         memcpy(buf, head_get, len);
-#ifdef APPELS_DU_CONTRAT
-        if (contract_download(buf + len, sizeof body) != (long)sizeof body) return; /* no answer: a 5xx */
+#ifdef APPELS_DE_LA_SPEC
+        if (spec_download(buf + len, sizeof body) != (long)sizeof body) return; /* no answer: a 5xx */
 #else
         memcpy(buf + len, body, sizeof body);
 #endif
@@ -159,8 +161,8 @@ static void serve(int c) {
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     memset(body, 'x', sizeof body);
-#ifdef APPELS_DU_CONTRAT
-    contract_open();
+#ifdef APPELS_DE_LA_SPEC
+    spec_open();
 #endif
     for (;;) {
         int c = accept(0, 0, 0);

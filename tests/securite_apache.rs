@@ -311,9 +311,9 @@ struct Refused {
     by_the_program: bool,
 }
 
-/// 100 MB sent with no credentials to each endpoint, and to paths that are none (`/x.php`, `/`),
-/// with and without `Expect: 100-continue`: the shipped configuration refuses each having taken
-/// less than 1 MiB of it (bytes the client managed to send through a 16 KiB send buffer, and
+/// 100 MB sent with no credentials to each endpoint, and to paths that are none (`/x.php`, `/`,
+/// the forbidden `/files/`), with and without `Expect: 100-continue`: the shipped configuration
+/// refuses each having taken less than 1 MiB of it (bytes the client managed to send through a 16 KiB send buffer, and
 /// nothing spooled by mod_fcgid meanwhile — the same watcher sees an authenticated 5 MB upload
 /// spooled), and every refusal keeps its answer: the endpoint's JSON, `WWW-Authenticate` on
 /// `/mcp.php`, 405 with `Allow`, and one log line. A token (or bearer) that is right still
@@ -407,7 +407,11 @@ fn a_refused_request_never_has_its_body_taken() {
             Some("GET, HEAD"),
         ),
     ];
-    for (what, path) in [("un autre nom", "/x.php"), ("la racine", "/")] {
+    for (what, path) in [
+        ("un autre nom", "/x.php"),
+        ("la racine", "/"),
+        ("un dossier interdit", "/files/x"),
+    ] {
         cases.push(Refused {
             by_the_program: false,
             ..case(what, "POST", path, &[], 413, None)

@@ -4,6 +4,7 @@
  * Accepts on fd 0 (the socket mod_fcgid hands over), one request per connection (mod_fcgid
  * never sets FCGI_KEEP_CONN), reads PARAMS and STDIN to the end (an upload's body is read
  * entirely, like the program does), then answers:
+ *   - the AUTHORIZER role (the shipped block's FcgidAccessChecker on upload.php): 200, no body;
  *   - POST: a small JSON body (upload, MCP);
  *   - GET: 10 KiB as an attachment (a small download), after 1.5 s if QUERY_STRING contains
  *     "lent" (used to hold a process long enough to grow mod_fcgid's pool).
@@ -121,14 +122,24 @@ static void params(const unsigned char *p, const unsigned char *end, int *post, 
 
 static void serve(int c) {
     unsigned char h[8];
-    int id = 1, post = 0, slow = 0;
+    int id = 1, post = 0, slow = 0, authorizer = 0;
     for (;;) {
         if (read_all(c, h, 8)) return;
         id = (h[2] << 8) | h[3];
         size_t n = ((size_t)h[4] << 8) | h[5];
         if (read_all(c, buf, n + h[6])) return;
+        if (h[1] == 1 && n >= 2) authorizer = buf[0] == 0 && buf[1] == 2; /* BEGIN_REQUEST: role */
         if (h[1] == 4) params(buf, buf + n, &post, &slow);
+        if (h[1] == 4 && n == 0 && authorizer) break; /* an authorizer gets no STDIN */
         if (h[1] == 5 && n == 0) break; /* end of STDIN: the whole body has been read */
+    }
+    static const unsigned char end[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* status 0, REQUEST_COMPLETE */
+    if (authorizer) {
+        /* mod_fcgid's access check (FcgidAccessChecker on upload.php): 200, let it through. */
+        static const char allowed[] = "Status: 200 OK\r\n\r\n";
+        if (record(c, 6, id, allowed, sizeof allowed - 1) || record(c, 6, id, 0, 0)) return;
+        record(c, 3, id, end, 8);
+        return;
     }
     if (slow) usleep(1500000);
     static const char json[] = "{\"ok\":true}";
@@ -153,7 +164,6 @@ static void serve(int c) {
 #endif
         len += sizeof body;
     }
-    static const unsigned char end[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* status 0, REQUEST_COMPLETE */
     if (record(c, 6, id, buf, len) || record(c, 6, id, 0, 0)) return;
     record(c, 3, id, end, 8);
 }

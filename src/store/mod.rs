@@ -270,7 +270,7 @@ fn is_absent(e: &io::Error) -> bool {
 /// clock of specification §4, on the inode that was served, whatever its name has become since (an
 /// unlinked file is touched harmlessly). An explicit time, not `UTIME_NOW`: letting the kernel
 /// read its clock saves one clock read, but showed no gain in A/B passes (docs/PERFORMANCE.md
-/// §9.7).
+/// §8).
 pub fn touch(file: &File) -> io::Result<()> {
     file.set_modified(std::time::SystemTime::now())
 }

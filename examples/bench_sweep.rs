@@ -47,6 +47,8 @@ fn main() {
             assert!(r.removed_files.is_empty());
         }
         times.sort();
+        // The store was written through the API: the index knows it; its first walk ends first.
+        while store.sweep_now().unwrap().pending {}
         let mut quick = Vec::new();
         for _ in 0..101 {
             let t = Instant::now();
@@ -56,7 +58,7 @@ fn main() {
         }
         quick.sort();
         let mut skipped = Vec::new();
-        store.sweep().unwrap();
+        while store.sweep().unwrap().pending {}
         for _ in 0..101 {
             let t = Instant::now();
             let r = store.sweep().unwrap();
@@ -66,7 +68,7 @@ fn main() {
         skipped.sort();
         println!(
             "  {count:>6} fichiers : lecture complète {:>8.3} ms (min {:.3}, max {:.3}) ; \
-             balayage par requête (échéance non atteinte) {:>6.1} µs ; \
+             balayage par requête (rien d'échu dans l'index) {:>6.1} µs ; \
              balayage sauté (intervalle) {:>5.1} µs",
             times[10].as_secs_f64() * 1e3,
             times[0].as_secs_f64() * 1e3,

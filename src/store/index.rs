@@ -2,8 +2,9 @@
 //! its cost follows what expires, not what is stored.
 //!
 //! Layout of `.tmp/index/`:
-//! - `<second>/<name>`: an empty entry saying "the pair `<name>` cannot expire before `<second>`
-//!   has passed" (a bucket per deadline second, seconds since the epoch);
+//! - `<second>/<name>`: an entry saying "the pair `<name>` cannot expire before `<second>` has
+//!   passed" (a bucket per deadline second, seconds since the epoch); every entry is a hard link
+//!   to an empty `modele-<k>` file (no inode to create per entry);
 //! - `curseur`: where the walk stands (see below);
 //! - `total`: the bytes of the stored files, for `taille_max_totale_octets` (see `total.rs`).
 //!
@@ -16,16 +17,17 @@
 //!   (`Store::observe`, then under the exclusive lock before any removal): an expired pair is
 //!   removed and its entry after it; a live one has its entry moved to the bucket of its real
 //!   deadline (one `rename`, which also merges duplicates); an entry for nothing goes;
-//! - a sweep does a bounded amount of work (at most [`REMOVALS_PER_SWEEP`] removals and
-//!   [`ENTRIES_PER_SWEEP`] entries); what is left is done by the next sweep, which the next
-//!   request starts at once (the cadence marker is not stamped while work is left);
+//! - a sweep does a bounded amount of work (at most [`REMOVALS_PER_SWEEP`] removals,
+//!   [`ENTRIES_PER_SWEEP`] entries and [`SWEEP_TIME`]); what is left is done by the next sweep,
+//!   which the next request starts at once (the cadence marker is not stamped while work is
+//!   left);
 //! - one sweeper at a time (it holds the cadence marker's lock, which a dead process lets go);
 //!   should two ever run, every step is idempotent (an entry gone is skipped, a removal is
 //!   re-checked under the exclusive lock).
 //!
 //! The walk: pairs that no entry knows (a store written by a version without the index, restored
 //! from a backup, a file put there by hand, an entry lost with a power cut) are found by walking
-//! the root and `.meta` in batches of [`WALK_PER_SWEEP`] names, resuming from a directory
+//! the root and `.meta` in batches of [`WALK_PER_SWEEP`] names or [`WALK_TIME`], resuming from a directory
 //! position saved in `curseur`, and filing an entry for each at its exact deadline (the verdict
 //! of a lookup; an entry already there is left alone).
 //! A store without `curseur` is walked at once (every request continues the walk until it is
@@ -36,6 +38,8 @@
 
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
@@ -49,6 +53,8 @@ pub(super) const INDEX: &str = "index";
 const CURSOR: &str = "curseur";
 /// Where a new state of the walk is written before it is renamed over [`CURSOR`].
 const CURSOR_NEW: &str = "curseur.nouveau";
+/// The empty files every entry is a hard link to (`modele-0`, `modele-1`…).
+const MODEL_PREFIX: &str = "modele-";
 /// At most this many pairs removed by one sweep (specification §4: one request after expiry still
 /// removes every due file when at most 64 are due).
 pub(super) const REMOVALS_PER_SWEEP: usize = 64;
@@ -56,6 +62,12 @@ pub(super) const REMOVALS_PER_SWEEP: usize = 64;
 pub(super) const ENTRIES_PER_SWEEP: usize = 256;
 /// At most this many names of the store looked at by one step of the walk.
 pub(super) const WALK_PER_SWEEP: usize = 128;
+/// A sweep of the index stops looking at entries once it has run this long (a removal costs
+/// ≈ 0.1 ms: the 64 removals of the specification fit well within it).
+pub(super) const SWEEP_TIME: Duration = Duration::from_millis(20);
+/// A step of the walk stops once it has run this long: a new bucket is a new folder, whose inode
+/// can cost milliseconds, and the first steps of an adoption create most of them.
+pub(super) const WALK_TIME: Duration = Duration::from_millis(5);
 /// Once the store is adopted, the walk starts again this long after its last pass ended.
 pub(super) const WALK_PERIOD_SECS: i64 = 3600;
 
@@ -152,49 +164,81 @@ impl Store {
     /// Files an entry for `name` in the bucket of `second` (created if missing). An entry that is
     /// already there is left as it is.
     pub(super) fn file_entry(&self, name: &Name, second: i64) -> io::Result<()> {
+        self.with_bucket(second, |to| self.link_entry(to, name))
+    }
+
+    /// Moves the entry `name` of the bucket open as `from_dir` to the bucket of `second`: a link
+    /// there, then the old name unlinked (a crash in between leaves a duplicate, consumed like
+    /// any entry). Not `rename`: two names of one inode, which every entry is, make it a no-op.
+    fn refile(&self, from_dir: &OwnedFd, name: &Name, second: i64) -> io::Result<()> {
+        self.with_bucket(second, |to| self.link_entry(to, name))?;
+        match rustix::fs::unlinkat(from_dir, name.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Runs `put` on the bucket of `second`, created if missing; again, a few times, when a
+    /// sweeper removed the bucket meanwhile (it removes the buckets it empties).
+    fn with_bucket(&self, second: i64, put: impl Fn(&OwnedFd) -> io::Result<()>) -> io::Result<()> {
         let bucket = bucket_name(second);
-        // A sweeper removes a bucket it emptied: create it again and retry, a few times.
         let mut tries = 0;
         loop {
             match rustix::fs::mkdirat(&self.index_fd, bucket.as_str(), Mode::from_raw_mode(0o700)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(e.into()),
             }
-            let created = open_bucket(&self.index_fd, &bucket).and_then(|dir| {
-                open_at(&dir, name.as_str(), OFlags::WRONLY | OFlags::CREATE).map(drop)
-            });
-            match created {
+            match open_bucket(&self.index_fd, &bucket).and_then(|dir| put(&dir)) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => tries += 1,
                 other => return other,
             }
         }
     }
 
-    /// Moves the entry `name` of bucket `from` (open as `from_dir`) to the bucket of `second`.
-    fn refile(&self, from_dir: &OwnedFd, name: &Name, second: i64) -> io::Result<()> {
-        let bucket = bucket_name(second);
-        let mut tries = 0;
-        loop {
-            match rustix::fs::mkdirat(&self.index_fd, bucket.as_str(), Mode::from_raw_mode(0o700)) {
-                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                Err(e) => return Err(e.into()),
-            }
-            let to = open_bucket(&self.index_fd, &bucket)?;
-            match rustix::fs::renameat(from_dir, name.as_str(), &to, name.as_str()) {
-                Ok(()) => return Ok(()),
-                // The target bucket removed meanwhile by a sweeper that had just emptied it.
-                Err(rustix::io::Errno::NOENT) if tries < 3 => {
-                    // …or our entry taken by another sweeper: then there is nothing to move.
-                    if rustix::fs::statat(from_dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                        .is_err()
-                    {
-                        return Ok(());
-                    }
-                    tries += 1;
+    /// Makes `name` in the bucket `dir` a hard link to one of the index's empty model files
+    /// (`modele-<k>`): creating an inode costs milliseconds on some filesystems (2.2 ms on the
+    /// ext4 of `bench/echelle`'s machine), a link a few dozen microseconds. A model that has as
+    /// many links as the filesystem allows (65 000 on ext4) gives way to the next one.
+    fn link_entry(&self, dir: &OwnedFd, name: &Name) -> io::Result<()> {
+        for _ in 0..64 {
+            let k = self.index_model.load(Ordering::Relaxed);
+            let model = format!("{MODEL_PREFIX}{k}");
+            match rustix::fs::linkat(
+                &self.index_fd,
+                model.as_str(),
+                dir,
+                name.as_str(),
+                AtFlags::empty(),
+            ) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => return Ok(()),
+                Err(rustix::io::Errno::MLINK) => {
+                    let _ = self.index_model.compare_exchange(
+                        k,
+                        k + 1,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
+                Err(rustix::io::Errno::NOENT)
+                    if rustix::fs::statat(
+                        &self.index_fd,
+                        model.as_str(),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )
+                    .is_err() =>
+                {
+                    open_at(
+                        &self.index_fd,
+                        model.as_str(),
+                        OFlags::WRONLY | OFlags::CREATE,
+                    )?;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
+        Err(io::Error::other(
+            "index des échéances : aucun modèle ne prend de lien",
+        ))
     }
 
     /// The due part of the index, oldest first: every entry whose second has passed, within the
@@ -206,6 +250,7 @@ impl Store {
             .filter(|&s| s < now)
             .collect();
         due.sort_unstable();
+        let started = Instant::now();
         let mut looked_at = 0;
         for second in due {
             let bucket = bucket_name(second);
@@ -221,7 +266,10 @@ impl Store {
                 if raw == b"." || raw == b".." {
                     continue;
                 }
-                if looked_at == ENTRIES_PER_SWEEP || report.removed() == REMOVALS_PER_SWEEP {
+                if looked_at == ENTRIES_PER_SWEEP
+                    || report.removed() == REMOVALS_PER_SWEEP
+                    || started.elapsed() > SWEEP_TIME
+                {
                     return Ok(true);
                 }
                 looked_at += 1;
@@ -294,13 +342,14 @@ impl Store {
             let _ = rustix::fs::unlinkat(&self.tmp_fd, "echeance", AtFlags::empty());
         }
         let mut budget = WALK_PER_SWEEP;
+        let started = Instant::now();
         while let Walk::Walking {
             adopting,
             folder,
             at,
         } = walk
         {
-            let (reached, ended) = self.walk_folder(folder, at, &mut budget, now)?;
+            let (reached, ended) = self.walk_folder(folder, at, &mut budget, started, now)?;
             walk = match (ended, folder) {
                 (false, _) => Walk::Walking {
                     adopting,
@@ -331,6 +380,7 @@ impl Store {
         folder: Folder,
         at: i64,
         budget: &mut usize,
+        started: Instant,
         now: i64,
     ) -> io::Result<(i64, bool)> {
         let dir = match folder {
@@ -344,7 +394,7 @@ impl Store {
         let mut position = at;
         while let Some(entry) = entries.read() {
             let entry = entry?;
-            if *budget == 0 {
+            if *budget == 0 || started.elapsed() > WALK_TIME {
                 return Ok((position, false));
             }
             position = entry.offset();

@@ -49,7 +49,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -176,6 +176,8 @@ pub struct Store {
     tmp_fd: OwnedFd,
     /// `.tmp/index`, the expiry index (`index.rs`).
     index_fd: OwnedFd,
+    /// Which `modele-<k>` of the index new entries are linked to (`index.rs`).
+    index_model: AtomicUsize,
     lifetimes: expiry::Lifetimes,
     sweep_interval: Duration,
     max_file: u64,
@@ -207,6 +209,7 @@ impl Store {
             meta_fd: meta.fd,
             tmp_fd: tmp.fd,
             index_fd: index.fd,
+            index_model: AtomicUsize::new(0),
             lifetimes: expiry::Lifetimes {
                 max_age: cfg.duree_max_depot_secondes as i64,
                 max_idle: cfg.duree_inactivite_secondes as i64,

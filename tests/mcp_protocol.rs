@@ -176,7 +176,7 @@ async fn http_checks_in_contract_order() {
             "{bad}"
         );
     }
-    // Method before authorization.
+    // Method before authorization; each refusal has its log line.
     for m in ["GET", "DELETE", "PUT", "HEAD"] {
         let a = e.request(m, &[("Authorization", "")], "").await;
         assert_eq!(a.status, 405);
@@ -185,6 +185,8 @@ async fn http_checks_in_contract_order() {
             a.json()["error"]["message"],
             "Method Not Allowed: only POST is accepted (no SSE stream, no session)"
         );
+        let line = format!("{m} /mcp.php — méthode non autorisée (POST seulement) — REFUSÉ");
+        assert!(log_text(e.dir.path()).contains(&line), "{m}");
     }
     // Authorization before body checks.
     let huge = "x".repeat(2 << 20);

@@ -237,6 +237,10 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         );
     }
     if req.method() != "POST" {
+        app.log.refused(&format!(
+            "{} /mcp.php — méthode non autorisée (POST seulement)",
+            quoted(req.method().chars().take(20).collect::<String>())
+        ));
         return rpc_error_response(
             &RpcError::new(
                 -32600,

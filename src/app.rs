@@ -5,6 +5,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::Config;
 use crate::folders::{self, FolderError};
+use crate::housekeeping::Housekeeper;
 use crate::log::Log;
 use crate::store::Store;
 
@@ -16,6 +17,8 @@ pub struct App {
     pub store: Store,
     /// The log.
     pub log: Log,
+    /// The thread that sweeps for the requests of a long-lived process ([`App::hand_off_sweeps`]).
+    housekeeper: std::cell::OnceCell<Housekeeper>,
 }
 
 impl App {
@@ -23,39 +26,45 @@ impl App {
     /// 0700 when missing, tightened to 0700 when writable by others (said in the log and on
     /// stderr), refused when a symbolic link or another user's.
     pub fn new(cfg: Config) -> std::io::Result<App> {
-        let mut notes = Vec::new();
-        let store = Store::open(&cfg, &mut notes)?;
-        // A log folder that is refused stops the process; one that merely cannot be opened
-        // (read-only, permissions) does not: a log that cannot be written never stops a request.
-        let log_dir = match folders::open_private(&cfg.dossier_log) {
-            Ok(o) => {
-                notes.extend(o.note(&cfg.dossier_log));
-                Some(o.fd)
-            }
-            Err(e @ FolderError::Refused(_)) => return Err(e.into()),
-            Err(FolderError::Io(e)) => {
-                eprintln!("depot-fichiers : dossier de journal inutilisable : {e}");
-                None
-            }
-        };
-        let log = Log::in_dir(
-            log_dir,
-            &cfg.dossier_log,
-            cfg.debug,
-            cfg.taille_max_log_octets,
-            cfg.nombre_logs_conserves,
-        );
-        for note in notes {
-            eprintln!("depot-fichiers : {note}");
-            log.line(&format!("démarrage — {note}"));
+        let (store, log) = open_store_and_log(&cfg)?;
+        Ok(App {
+            cfg,
+            store,
+            log,
+            housekeeper: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// From now on, sweeps run on a thread of their own (`housekeeping.rs`): for a process that
+    /// serves many requests. When the thread cannot be had, they stay inline (said in the log).
+    pub fn hand_off_sweeps(&self) {
+        if self.housekeeper.get().is_some() {
+            return;
         }
-        Ok(App { cfg, store, log })
+        match open_store_and_log(&self.cfg).and_then(|(store, log)| Housekeeper::start(store, log))
+        {
+            Ok(h) => {
+                let _ = self.housekeeper.set(h);
+            }
+            Err(e) => self.log.error(&format!(
+                "balayage dans les requêtes, faute de fil dédié : {e}"
+            )),
+        }
     }
 
     /// What every request to an endpoint that touches the store does first: the sweep of
-    /// specification §4 (rate-limited by the store). A sweep that fails, or cannot get the store lock
-    /// within its deadline, is logged and never stops the request.
-    pub fn sweep(&self) {
+    /// specification §4 (rate-limited by the store), handed to the housekeeping thread when the
+    /// process has one. A sweep that fails, or cannot get the store lock within its deadline, is
+    /// logged and never stops the request.
+    pub async fn sweep(&self) {
+        if let Some(h) = self.housekeeper.get()
+            && !self.store.sweeps_in_full()
+        {
+            if self.store.sweep_due() {
+                h.sweep().await;
+            }
+            return;
+        }
         match self.store.sweep() {
             Ok(_) => {}
             // A lock held too long skips the sweep; the request's own lookup is bounded too.
@@ -65,6 +74,38 @@ impl App {
             Err(e) => self.log.error(&format!("balayage impossible : {e}")),
         }
     }
+}
+
+/// Opens the store and the log, checking their folders; what had to be tightened is said on
+/// stderr and in the log.
+fn open_store_and_log(cfg: &Config) -> std::io::Result<(Store, Log)> {
+    let mut notes = Vec::new();
+    let store = Store::open(cfg, &mut notes)?;
+    // A log folder that is refused stops the process; one that merely cannot be opened
+    // (read-only, permissions) does not: a log that cannot be written never stops a request.
+    let log_dir = match folders::open_private(&cfg.dossier_log) {
+        Ok(o) => {
+            notes.extend(o.note(&cfg.dossier_log));
+            Some(o.fd)
+        }
+        Err(e @ FolderError::Refused(_)) => return Err(e.into()),
+        Err(FolderError::Io(e)) => {
+            eprintln!("depot-fichiers : dossier de journal inutilisable : {e}");
+            None
+        }
+    };
+    let log = Log::in_dir(
+        log_dir,
+        &cfg.dossier_log,
+        cfg.debug,
+        cfg.taille_max_log_octets,
+        cfg.nombre_logs_conserves,
+    );
+    for note in notes {
+        eprintln!("depot-fichiers : {note}");
+        log.line(&format!("démarrage — {note}"));
+    }
+    Ok((store, log))
 }
 
 /// Is `given` the configured `token_acces`? Compared in constant time: the one check of the

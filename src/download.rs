@@ -13,8 +13,8 @@ use crate::names::Name;
 use crate::store::{Found, now_secs};
 
 /// Handles one download; every outcome is logged.
-pub fn handle(app: &App, req: &Request) -> Response {
-    app.sweep();
+pub async fn handle(app: &App, req: &Request) -> Response {
+    app.sweep().await;
     let method = req.method();
     let head = method == "HEAD";
     let verb = if head { "HEAD" } else { "GET" };

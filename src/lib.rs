@@ -14,6 +14,7 @@ mod download;
 mod error;
 pub mod fastcgi;
 pub mod folders;
+pub mod housekeeping;
 pub mod http;
 pub mod liens;
 pub mod log;

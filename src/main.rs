@@ -267,6 +267,10 @@ fn open(path: &Path, cfg: Config) -> Result<Rc<App>, String> {
 }
 
 fn serve(listen: Option<&str>, app: Rc<App>) -> ExitCode {
+    // A process that serves many requests sweeps on a thread of its own; CGI, one request, inline.
+    if !fastcgi::is_cgi_request() {
+        app.hand_off_sweeps();
+    }
     let handler: fastcgi::Handler = Rc::new(move |req: Request| {
         let app = app.clone();
         Box::pin(async move { router::handle(&app, req).await })

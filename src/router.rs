@@ -112,7 +112,7 @@ pub async fn handle(app: &App, req: Request) -> Response {
         // Boxed: the upload's state (≈ 1.3 KiB) would otherwise be part of every request's
         // future, a download's included.
         Endpoint::Upload => Box::pin(upload::handle(app, &mut req)).await,
-        Endpoint::Download => download::handle(app, &req),
+        Endpoint::Download => download::handle(app, &req).await,
         Endpoint::Mcp => mcp::handle(app, &mut req).await,
         Endpoint::Metadata => metadata::handle(app, &req),
         Endpoint::NotFound => ApiError::FichierIntrouvable.to_response(),

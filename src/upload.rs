@@ -27,7 +27,7 @@ const MAX_UNPRODUCTIVE_BYTES: usize = 1024 * 1024;
 
 /// Handles one upload; every outcome is logged.
 pub async fn handle(app: &App, req: &mut Request) -> Response {
-    app.sweep();
+    app.sweep().await;
     match upload(app, req).await {
         Ok((name, published)) => {
             app.log.ok(&format!(

@@ -99,6 +99,16 @@ impl Proc {
         self.guard.child.id() as i32
     }
 
+    /// Sends `SIG<name>` to the process (`STOP`, `CONT`).
+    fn signal(&self, name: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill -{name}");
+    }
+
     fn request(
         &self,
         method: &str,
@@ -375,6 +385,8 @@ fn sigkill_at_every_step_of_the_expiry_index() {
         .unwrap()
         .set_modified(old)
         .unwrap();
+    // Only the victim sweeps meanwhile: the healthy process's sweeping thread stands still.
+    healthy.signal("STOP");
     bring_index_forward(&state, 10);
     let mut victim = Proc::start(&state, &faulty, "victime", Some("index-apres-suppression"));
     let client = get_in_thread(victim.sock.clone(), token.clone());
@@ -383,13 +395,21 @@ fn sigkill_at_every_step_of_the_expiry_index() {
     victim.guard.child.wait().unwrap();
     let _ = client.join();
     assert!(!state.files().join("e2").exists() && !state.sidecar("e2").exists());
-    assert_eq!(named("e2").len(), 1, "the entry went before the kill");
+    assert_eq!(
+        named("e2").len(),
+        1,
+        "the entry went before the kill: {:?} {}",
+        index_buckets(&state),
+        read(&victim.out)
+    );
+    healthy.signal("CONT");
     sweep_with(&healthy).unwrap();
     assert!(named("e2").is_empty(), "{:?}", index_buckets(&state));
 
     // 3. A sweeper killed as it moves a live pair's entry: the pair is served, its entry moves
     //    with the next sweep.
     assert_eq!(healthy.upload(&token, "e3", b"333").unwrap().status, 200);
+    healthy.signal("STOP");
     bring_index_forward(&state, 10);
     let mut victim = Proc::start(&state, &faulty, "victime", Some("index-avant-deplacement"));
     let client = get_in_thread(victim.sock.clone(), token.clone());
@@ -397,6 +417,7 @@ fn sigkill_at_every_step_of_the_expiry_index() {
     victim.guard.child.kill().unwrap();
     victim.guard.child.wait().unwrap();
     let _ = client.join();
+    healthy.signal("CONT");
     let r = healthy.get(&token, "e3");
     assert_eq!((r.status, r.body.as_slice()), (200, &b"333"[..]));
     sweep_with(&healthy).unwrap();
@@ -424,7 +445,12 @@ fn sigkill_at_every_step_of_the_expiry_index() {
     victim.guard.child.kill().unwrap();
     victim.guard.child.wait().unwrap();
     let _ = client.join();
-    assert!(!state.files().join(".tmp/index/curseur").exists());
+    assert!(
+        !state.files().join(".tmp/index/curseur").exists(),
+        "{:?} {}",
+        std::fs::read_to_string(state.files().join(".tmp/index/curseur")),
+        read(&victim.out)
+    );
     let healthy = Proc::start(&state, &state.bin(), "sain2", None);
     let t0 = Instant::now();
     while !std::fs::read_to_string(state.files().join(".tmp/index/curseur"))

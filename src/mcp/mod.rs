@@ -223,7 +223,7 @@ pub fn store_source<'a>(
 
 /// Handles one request to `/mcp.php`.
 pub async fn handle(app: &App, req: &mut Request) -> Response {
-    app.sweep();
+    app.sweep().await;
     let cfg = &app.cfg;
     if let Some(origin) = req.header("Origin")
         && !origin_allowed(cfg, origin)

@@ -296,8 +296,9 @@ pub(crate) fn pause_point(point: &str) {
     let wanted = WANTED.get_or_init(|| std::env::var("DEPOT_FICHIERS_TEST_PAUSE").ok());
     if wanted.as_deref() == Some(point) {
         eprintln!("depot-fichiers : pause de test « {point} »");
-        let _ =
-            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+        // To this thread (`raise`), not to the process: a signal sent to the process may be
+        // taken by another thread, and this one would go on for a moment before the stop.
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
     }
 }
 

@@ -89,6 +89,18 @@ impl Store {
         report
     }
 
+    /// Whether this store reads itself in full at every request (`balayage_intervalle_min_ms =
+    /// 0`): that sweep stays in the request.
+    pub fn sweeps_in_full(&self) -> bool {
+        self.sweep_interval.is_zero()
+    }
+
+    /// Whether a sweep is due: no other finished less than `balayage_intervalle_min_ms` ago, as
+    /// far as this process knows (the sweep itself checks again).
+    pub fn sweep_due(&self) -> bool {
+        self.sweep_interval.is_zero() || !self.swept_recently_kept_open()
+    }
+
     /// Whether the sweep marker, read through the descriptor kept open between requests, says
     /// that a sweep finished less than `balayage_intervalle_min_ms` ago. False (the caller then
     /// opens the marker anew and decides) when it cannot tell, or when the open marker lost its

@@ -1,0 +1,118 @@
+//! The sweep off the requests' thread (specification §4): a process that serves many requests
+//! (mod_fcgid's socket on fd 0, `--listen`) hands its sweeps to one thread of its own, so that a
+//! request never waits for housekeeping longer than [`HANDOFF_WAIT`], whatever the store holds,
+//! and the other requests of the process do not wait for it at all.
+//!
+//! The thread has its own [`Store`] and [`Log`] (its own descriptors: the store lock and the
+//! cadence marker's lock are per open file, so it excludes the process's requests exactly as it
+//! excludes other processes). A request whose sweep is due wakes it and waits for it at most
+//! [`HANDOFF_WAIT`] without holding up the process's other requests — a sweep of what is due
+//! (at most 64 removals) is thus over before that request goes on, as when it ran inline —
+//! then goes on; the thread keeps sweeping while a sweep stops at its budget with work left. A
+//! request that finds it already at work does not wait. CGI (one
+//! request per process) and `balayage_intervalle_min_ms = 0` sweep inline.
+
+use std::io;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::log::Log;
+use crate::store::{Store, is_lock_busy};
+
+/// How long a request waits for the sweep it started.
+/// Longer than one budgeted sweep (`store/index.rs`: 20 ms), so that a sweep of what is due is
+/// normally over when the request that started it goes on.
+pub const HANDOFF_WAIT: Duration = Duration::from_millis(25);
+
+/// The handle a process keeps on its housekeeping thread.
+pub struct Housekeeper {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the thread.
+    wanted: Condvar,
+    /// Wakes the requests waiting for the end of the sweep they started.
+    finished: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// A sweep was asked for and not started yet.
+    wanted: bool,
+    /// The thread is sweeping.
+    running: bool,
+}
+
+impl Housekeeper {
+    /// Starts the thread, which owns `store` and `log`.
+    pub fn start(store: Store, log: Log) -> io::Result<Housekeeper> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wanted: Condvar::new(),
+            finished: tokio::sync::Notify::new(),
+        });
+        let theirs = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("balayage".into())
+            .stack_size(256 * 1024)
+            .spawn(move || run(&theirs, &store, &log))?;
+        Ok(Housekeeper { shared })
+    }
+
+    /// Asks for a sweep, and waits at most [`HANDOFF_WAIT`] for it (the process's other
+    /// requests go on meanwhile); returns at once when the thread is already at work.
+    pub async fn sweep(&self) {
+        let finished = self.shared.finished.notified();
+        tokio::pin!(finished);
+        // Registered before the thread can finish: its `notify_waiters` then reaches us.
+        finished.as_mut().enable();
+        {
+            let mut st = lock(&self.shared.state);
+            if st.running || st.wanted {
+                return;
+            }
+            st.wanted = true;
+            self.shared.wanted.notify_one();
+        }
+        let _ = tokio::time::timeout(HANDOFF_WAIT, finished).await;
+    }
+}
+
+fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The thread: waits to be asked, then sweeps until nothing is left within reach.
+fn run(shared: &Shared, store: &Store, log: &Log) {
+    loop {
+        {
+            let mut st = lock(&shared.state);
+            while !st.wanted {
+                st = shared.wanted.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            st.wanted = false;
+            st.running = true;
+        }
+        loop {
+            match store.sweep() {
+                Ok(r) if r.pending => continue,
+                Ok(_) => break,
+                Err(e) if is_lock_busy(&e) => {
+                    log.error(&format!("balayage sauté : {e}"));
+                    break;
+                }
+                Err(e) => {
+                    log.error(&format!("balayage impossible : {e}"));
+                    break;
+                }
+            }
+        }
+        // Under the lock: a request that sees the thread idle has not been woken by this sweep.
+        let mut st = lock(&shared.state);
+        st.running = false;
+        shared.finished.notify_waiters();
+        drop(st);
+    }
+}

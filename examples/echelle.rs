@@ -8,6 +8,9 @@
 //! - « calme »: nothing due for an hour;
 //! - « renouvellement »: deadlines spread evenly over the next hour (at 10⁶, 278 expire a second).
 //!
+//! With `DEPOT_ECHELLE_SECOND_NOEUD` naming DIR as a second mount shows it (two JuiceFS nodes),
+//! a second process serves the same store through that mount, and the clients share the two.
+//!
 //! Measured while 4 clients download random names (one connection per request, as mod_fcgid's
 //! socket is used) and one uploads 10 a second: the time to adopt the store and the worst
 //! request meanwhile; then over `DEPOT_ECHELLE_SECONDES` (15): GET throughput, p99, max, the
@@ -171,17 +174,19 @@ fn write_store(files: &Path, n: usize, churn: bool) {
     }
 }
 
-fn start(bin: &Path, dir: &Path, capacity: bool) -> (Child, PathBuf) {
-    let sock = dir.join("echelle.sock");
+/// Starts one `--listen unix:` process on the store `files`; its socket, configuration and log
+/// in the local folder `local` under `tag`.
+fn start(bin: &Path, files: &Path, local: &Path, tag: &str, capacity: bool) -> (Child, PathBuf) {
+    let sock = local.join(format!("{tag}.sock"));
     let _ = std::fs::remove_file(&sock);
-    let config = dir.join("config.toml");
+    let config = local.join(format!("{tag}.toml"));
     let mut text = format!(
         "token_acces = \"{TOKEN}\"\ndossier_fichiers = \"{}\"\ndossier_log = \"{}\"\n\
          url_base = \"https://depot.example.org\"\noauth_url = \"https://oauth.example.org\"\n\
          oauth_client_id = \"depot\"\noauth_client_secret = \"secret-du-banc\"\n\
          duree_inactivite_secondes = {IDLE}\nduree_max_depot_secondes = {MAX_AGE}\n",
-        dir.join("files").display(),
-        dir.join("log").display()
+        files.display(),
+        local.join(format!("log-{tag}")).display()
     );
     if capacity {
         text.push_str("taille_max_totale_octets = 1099511627776\n");
@@ -199,10 +204,25 @@ fn start(bin: &Path, dir: &Path, capacity: bool) -> (Child, PathBuf) {
         .unwrap();
     let t = Instant::now();
     while UnixStream::connect(&sock).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10), "never listened");
+        assert!(t.elapsed() < Duration::from_secs(30), "never listened");
         std::thread::sleep(Duration::from_millis(10));
     }
     (child, sock)
+}
+
+/// One process per view of the store: `files`, and the same folder through a second mount when
+/// `DEPOT_ECHELLE_SECOND_NOEUD` names that mount's view of DIR (two JuiceFS nodes).
+fn start_nodes(
+    bin: &Path,
+    files: &[PathBuf],
+    local: &Path,
+    capacity: bool,
+) -> (Vec<Child>, Vec<PathBuf>) {
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| start(bin, f, local, &format!("noeud{i}"), capacity))
+        .unzip()
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {
@@ -235,10 +255,11 @@ struct Samples {
     uploads: Vec<(Instant, Duration)>,
 }
 
-/// 4 downloaders and one uploader (10 a second) until `stop`.
-fn load(sock: &Path, n: usize, stop: &AtomicBool, samples: &Mutex<Samples>) {
+/// 4 downloaders and one uploader (10 a second) until `stop`, spread over the nodes' sockets.
+fn load(socks: &[PathBuf], n: usize, stop: &AtomicBool, samples: &Mutex<Samples>) {
     std::thread::scope(|s| {
         for k in 0..4u64 {
+            let sock = &socks[k as usize % socks.len()];
             s.spawn(move || {
                 let mut x = 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(k + 1);
                 let mut mine = Vec::new();
@@ -259,6 +280,7 @@ fn load(sock: &Path, n: usize, stop: &AtomicBool, samples: &Mutex<Samples>) {
             let mut i = 0;
             while uploads && !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
+                let sock = &socks[i % socks.len()];
                 if upload(sock, &format!("nouveau-{}.bin", i % 64)).is_ok_and(|s| s == 200) {
                     samples.lock().unwrap().uploads.push((t, t.elapsed()));
                 }
@@ -295,23 +317,26 @@ fn left_late(files: &Path) -> usize {
     late
 }
 
-fn case(bin: &Path, dir: &Path, n: usize, churn: bool, seconds: u64) {
-    let files = dir.join("files");
+fn case(bin: &Path, dirs: &[PathBuf], n: usize, churn: bool, seconds: u64) {
+    let views: Vec<PathBuf> = dirs.iter().map(|d| d.join("files")).collect();
+    let files = &views[0];
+    let local = std::env::temp_dir().join(format!("depot-echelle-{}", std::process::id()));
+    std::fs::create_dir_all(&local).unwrap();
     let t = Instant::now();
-    write_store(&files, n, churn);
+    write_store(files, n, churn);
     // Written without fsync: flushed now, so that the first fsync of an upload does not pay
     // for the whole store (a journal commit of seconds at 10⁶).
     let _ = Command::new("sync").status();
     let written = t.elapsed();
-    let (mut child, sock) = start(bin, dir, false);
+    let (children, socks) = start_nodes(bin, &views, &local, false);
     let stop = AtomicBool::new(false);
     let samples = Mutex::new(Samples::default());
     let started = Instant::now();
     let mut adoption = Duration::ZERO;
     let mut window = (started, started);
     std::thread::scope(|s| {
-        s.spawn(|| load(&sock, n, &stop, &samples));
-        while !adopted(&files) && started.elapsed() < Duration::from_secs(600) {
+        s.spawn(|| load(&socks, n, &stop, &samples));
+        while !adopted(files) && started.elapsed() < Duration::from_secs(600) {
             std::thread::sleep(Duration::from_millis(20));
         }
         adoption = started.elapsed();
@@ -320,9 +345,11 @@ fn case(bin: &Path, dir: &Path, n: usize, churn: bool, seconds: u64) {
         window = (from, Instant::now());
         stop.store(true, Ordering::Relaxed);
     });
-    let hwm = vm_hwm_kib(child.id());
-    let _ = child.kill();
-    let _ = child.wait();
+    let hwm = vm_hwm_kib(children[0].id());
+    for mut child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let samples = samples.into_inner().unwrap();
     let during = |v: &[(Instant, Duration)], a: Instant, b: Instant| -> Vec<Duration> {
         let mut d: Vec<Duration> = v
@@ -369,7 +396,7 @@ fn case(bin: &Path, dir: &Path, n: usize, churn: bool, seconds: u64) {
         + 0.0;
 
     // With a capacity: a new process, whose first upload counts the store once.
-    let (mut child, sock) = start(bin, dir, true);
+    let (mut child, sock) = start(bin, files, &local, "capacite", true);
     let _ = std::fs::remove_file(files.join(".tmp/index/total"));
     let t = Instant::now();
     let _ = upload(&sock, "premier.bin");
@@ -384,7 +411,8 @@ fn case(bin: &Path, dir: &Path, n: usize, churn: bool, seconds: u64) {
     cap.sort();
     let _ = child.kill();
     let _ = child.wait();
-    let late = left_late(&files);
+    let late = left_late(files);
+    let _ = std::fs::remove_dir_all(&local);
     println!(
         "{n}\t{}\t{:.1}\t{:.2}\t{}\t{:.2}\t{:.0}\t{:.2}\t{:.1}\t{:.2}\t{:.2}\t{:.3}\t{:.1}\t{}\t{}",
         if churn { "renouvellement" } else { "calme" },
@@ -421,11 +449,14 @@ fn main() {
          GET_par_s\tGET_p99_ms\tGET_max_ms\tpart_GET_lents_pct\tdépôt_p99_ms\t\
          premier_dépôt_capacité_s\tdépôt_capacité_p99_ms\tVmHWM_Mio\ten_retard_2min"
     );
+    let second = std::env::var_os("DEPOT_ECHELLE_SECOND_NOEUD").map(PathBuf::from);
     for n in sizes {
         let case_dir = dir.join(format!("n{n}"));
         std::fs::create_dir_all(&case_dir).unwrap();
-        case(&bin, &case_dir, n, false, seconds);
-        case(&bin, &case_dir, n, true, seconds);
+        let mut dirs = vec![case_dir.clone()];
+        dirs.extend(second.as_ref().map(|s| s.join(format!("n{n}"))));
+        case(&bin, &dirs, n, false, seconds);
+        case(&bin, &dirs, n, true, seconds);
         let _ = std::fs::remove_dir_all(&case_dir);
     }
 }

@@ -266,9 +266,11 @@ impl Store {
                 if raw == b"." || raw == b".." {
                     continue;
                 }
+                // The clock counts only once an entry is done: on a slow filesystem (JuiceFS)
+                // listing alone can take the whole budget, and a sweep must still progress.
                 if looked_at == ENTRIES_PER_SWEEP
                     || report.removed() == REMOVALS_PER_SWEEP
-                    || started.elapsed() > SWEEP_TIME
+                    || (looked_at > 0 && started.elapsed() > SWEEP_TIME)
                 {
                     return Ok(true);
                 }
@@ -388,21 +390,35 @@ impl Store {
             Folder::Meta => &self.meta_fd,
         };
         let mut entries = rustix::fs::Dir::read_from(dir.as_fd())?;
-        if at != 0 {
+        // A position is the directory cookie of the last name done (`d_off`), or, where the
+        // filesystem gives none (0), minus the number of entries done, skipped again on resume.
+        let mut done = 0i64;
+        if at > 0 {
             entries.seek(at)?;
+        } else if at < 0 {
+            while done < -at && entries.read().transpose()?.is_some() {
+                done += 1;
+            }
         }
         let mut position = at;
+        let mut walked = 0;
         while let Some(entry) = entries.read() {
             let entry = entry?;
-            if *budget == 0 || started.elapsed() > WALK_TIME {
+            // At least one name a step, however slow the filesystem.
+            if walked > 0 && (*budget == 0 || started.elapsed() > WALK_TIME) {
                 return Ok((position, false));
             }
-            position = entry.offset();
+            done += 1;
+            position = match entry.offset() {
+                0 => -done,
+                cookie => cookie,
+            };
             let raw = entry.file_name().to_bytes();
             if raw == b"." || raw == b".." {
                 continue;
             }
-            *budget -= 1;
+            walked += 1;
+            *budget = budget.saturating_sub(1);
             let name = match folder {
                 Folder::Root if raw == META.as_bytes() || raw == TMP.as_bytes() => continue,
                 Folder::Root => Name::parse(raw).ok(),

@@ -41,7 +41,8 @@ impl App {
         if self.housekeeper.get().is_some() {
             return;
         }
-        match open_store_and_log(&self.cfg).and_then(|(store, log)| Housekeeper::start(store, log))
+        match open_store_and_log(&self.cfg)
+            .and_then(|(store, log)| Housekeeper::start(store.off_thread(), log))
         {
             Ok(h) => {
                 let _ = self.housekeeper.set(h);

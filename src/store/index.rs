@@ -27,7 +27,8 @@
 //!
 //! The walk: pairs that no entry knows (a store written by a version without the index, restored
 //! from a backup, a file put there by hand, an entry lost with a power cut) are found by walking
-//! the root and `.meta` in batches of [`WALK_PER_SWEEP`] names or [`WALK_TIME`], resuming from a directory
+//! the root and `.meta` in batches of [`WALK_PER_SWEEP`] names or [`WALK_TIME`] (more on the
+//! housekeeping thread: [`WALK_TIME_OFF_THREAD`]), resuming from a directory
 //! position saved in `curseur`, and filing an entry for each at its exact deadline (the verdict
 //! of a lookup; an entry already there is left alone).
 //! A store without `curseur` is walked at once (every request continues the walk until it is
@@ -68,6 +69,10 @@ pub(super) const SWEEP_TIME: Duration = Duration::from_millis(20);
 /// A step of the walk stops once it has run this long: a new bucket is a new folder, whose inode
 /// can cost milliseconds, and the first steps of an adoption create most of them.
 pub(super) const WALK_TIME: Duration = Duration::from_millis(5);
+/// The same, on the housekeeping thread of a long-lived process, which no request waits for: a
+/// step's fixed cost (the position read and written, the folder opened) is then spread over more
+/// names — on JuiceFS, where each of those is a round trip, 5 ms let one name through a step.
+pub(super) const WALK_TIME_OFF_THREAD: Duration = Duration::from_millis(100);
 /// Once the store is adopted, the walk starts again this long after its last pass ended.
 pub(super) const WALK_PERIOD_SECS: i64 = 3600;
 
@@ -405,7 +410,7 @@ impl Store {
         while let Some(entry) = entries.read() {
             let entry = entry?;
             // At least one name a step, however slow the filesystem.
-            if walked > 0 && (*budget == 0 || started.elapsed() > WALK_TIME) {
+            if walked > 0 && (*budget == 0 || started.elapsed() > self.walk_time()) {
                 return Ok((position, false));
             }
             done += 1;
@@ -437,6 +442,17 @@ impl Store {
             self.file_entry(&name, second)?;
         }
         Ok((position, true))
+    }
+}
+
+impl Store {
+    /// How long a step of the walk may run in this process (see [`WALK_TIME_OFF_THREAD`]).
+    fn walk_time(&self) -> Duration {
+        if self.off_thread {
+            WALK_TIME_OFF_THREAD
+        } else {
+            WALK_TIME
+        }
     }
 }
 

@@ -178,6 +178,9 @@ pub struct Store {
     index_fd: OwnedFd,
     /// Which `modele-<k>` of the index new entries are linked to (`index.rs`).
     index_model: AtomicUsize,
+    /// This handle sweeps on the housekeeping thread, which no request waits for
+    /// ([`Store::off_thread`]).
+    off_thread: bool,
     lifetimes: expiry::Lifetimes,
     sweep_interval: Duration,
     max_file: u64,
@@ -210,6 +213,7 @@ impl Store {
             tmp_fd: tmp.fd,
             index_fd: index.fd,
             index_model: AtomicUsize::new(0),
+            off_thread: false,
             lifetimes: expiry::Lifetimes {
                 max_age: cfg.duree_max_depot_secondes as i64,
                 max_idle: cfg.duree_inactivite_secondes as i64,
@@ -220,6 +224,15 @@ impl Store {
             sweep_marker: std::sync::Mutex::new(KeptMarker::default()),
             lock_outage: lock::Outage::default(),
         })
+    }
+
+    /// This handle for the housekeeping thread (`housekeeping.rs`): its walk steps may run
+    /// longer, since no request waits for them.
+    pub fn off_thread(self) -> Store {
+        Store {
+            off_thread: true,
+            ..self
+        }
     }
 
     /// The store's folder, as configured.

@@ -757,63 +757,9 @@ fn no_log_of_the_shipped_site_holds_a_token() {
     let extra = format!("{vhost_combined}\nInclude {other_vhosts}\n");
     let (mut g, _) = start_production(state, tls_port, &extra);
 
-    let resolve = [
-        format!("depot.example.org:443:127.0.0.1:{tls_port}"),
-        format!("depot.example.org:80:127.0.0.1:{}", state.port),
-    ];
-    let get = |url: &str, extra: &[&str]| {
-        let mut args = vec![
-            "-k",
-            "--connect-to",
-            &resolve[0],
-            "--connect-to",
-            &resolve[1],
-        ];
-        args.extend_from_slice(extra);
-        args.push(url);
-        curl(&args)
-    };
-    let content = bytes(5000, 7);
-    let (_d, p) = local_file("journal.bin", &content);
-    let auth = format!("Authorization: Bearer {}", state.token);
-    let form = format!("fichier=@{}", p.display());
-    let r = get(
-        "https://depot.example.org/upload.php",
-        &["-H", &auth, "-F", &form],
-    );
-    assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
-    let cap_link = r.json()["url_telechargement"].as_str().unwrap().to_string();
-    let (before, capability) = cap_link.rsplit_once("&token=").unwrap();
-    assert!(capability.starts_with("l1."), "{cap_link}");
-    let capability = capability.to_string();
-    common::audit::secret(&capability);
-    let link = format!("{before}&token={}", state.token);
-    for l in [&link, &cap_link] {
-        let plain = l.replace("https://", "http://");
-        let r = get(&plain, &[]);
-        assert_eq!(r.status, 301, "{}", r.text());
-        assert_eq!(r.header("location"), Some(l.as_str()));
-        let r = get(l, &[]);
-        assert_eq!(r.status, 200, "{}", r.text());
-        assert!(r.body == content);
-    }
+    let capability = follow_both_links(state, tls_port, "journal.bin", 7);
     g.stop();
-    let mut read = 0;
-    for dir in [state.server_log_dir(), state.log_dir()] {
-        for entry in fs::read_dir(&dir).unwrap().flatten() {
-            let text = fs::read_to_string(entry.path()).unwrap_or_default();
-            read += 1;
-            for secret in [state.token.as_str(), capability.as_str()] {
-                assert!(
-                    !text.contains(secret),
-                    "a secret in {}:\n{}",
-                    entry.path().display(),
-                    text.replace(&state.token, "<TOKEN>")
-                        .replace(&capability, "<LIEN>")
-                );
-            }
-        }
-    }
+    let (read, _) = logs_without_secrets(state, &capability);
     let other = state.server_log_dir().join("other_vhosts_access.log");
     assert!(read >= 4, "{read} log files");
     assert!(
@@ -852,6 +798,23 @@ fn no_nginx_log_of_the_shipped_site_holds_a_token() {
     let mut n = Nginx::production(state, tls_port, &cert, &key, &http_level);
     let state = &n.state;
 
+    let capability = follow_both_links(state, tls_port, "journal-nginx.bin", 8);
+    n.assert_root_owned();
+    n.stop();
+    let state = &n.state;
+    let (_, logged) = logs_without_secrets(state, &capability);
+    // The requests were logged (both servers), only without their query string.
+    for (status, count) in [(301, 2), (200, 2)] {
+        let line = format!("\"GET /download.php HTTP/1.1\" {status} ");
+        assert_eq!(logged.matches(&line).count(), count, "{line}\n{logged}");
+    }
+}
+
+/// Uploads `name` (5 000 bytes from `seed`) through the production site whose https port is
+/// `tls_port`, then downloads it by both its links — with `token_acces` and with the per-file
+/// capability — over `http://` (a 301 to the same `https://` URL) and `https://`; returns the
+/// capability, the second secret no log may hold.
+fn follow_both_links(state: &State, tls_port: u16, name: &str, seed: u64) -> String {
     let connect = [
         format!("depot.example.org:443:127.0.0.1:{tls_port}"),
         format!("depot.example.org:80:127.0.0.1:{}", state.port),
@@ -868,8 +831,8 @@ fn no_nginx_log_of_the_shipped_site_holds_a_token() {
         args.push(url);
         curl(&args)
     };
-    let content = bytes(5000, 8);
-    let (_d, p) = local_file("journal-nginx.bin", &content);
+    let content = bytes(5000, seed);
+    let (_d, p) = local_file(name, &content);
     let auth = format!("Authorization: Bearer {}", state.token);
     let form = format!("fichier=@{}", p.display());
     let r = get(
@@ -892,30 +855,31 @@ fn no_nginx_log_of_the_shipped_site_holds_a_token() {
         assert_eq!(r.status, 200, "{}\n{}", r.text(), state.logs());
         assert!(r.body == content);
     }
-    n.assert_root_owned();
-    n.stop();
-    let state = &n.state;
+    capability
+}
+
+/// Reads every file of the web server's and the program's log folders and fails on one that
+/// holds `token_acces` or `capability`; returns how many files were read, and their text.
+fn logs_without_secrets(state: &State, capability: &str) -> (usize, String) {
+    let mut read = 0;
     let mut logged = String::new();
     for dir in [state.server_log_dir(), state.log_dir()] {
         for entry in fs::read_dir(&dir).unwrap().flatten() {
             let text = fs::read_to_string(entry.path()).unwrap_or_default();
-            for secret in [state.token.as_str(), capability.as_str()] {
+            read += 1;
+            for secret in [state.token.as_str(), capability] {
                 assert!(
                     !text.contains(secret),
                     "a secret in {}:\n{}",
                     entry.path().display(),
                     text.replace(&state.token, "<TOKEN>")
-                        .replace(&capability, "<LIEN>")
+                        .replace(capability, "<LIEN>")
                 );
             }
             logged.push_str(&text);
         }
     }
-    // The requests were logged (both servers), only without their query string.
-    for (status, count) in [(301, 2), (200, 2)] {
-        let line = format!("\"GET /download.php HTTP/1.1\" {status} ");
-        assert_eq!(logged.matches(&line).count(), count, "{line}\n{logged}");
-    }
+    (read, logged)
 }
 
 /// The other two production vhosts pass `apache2 -t` once their site parameters point at real

@@ -18,6 +18,7 @@ PID_REDIS=""
 libre() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 juicefs_demonter() {
+    set +e # tout défaire, même ce qui échoue en route
     local m pid
     for m in "${MONTAGES[@]}"; do
         "$JUICEFS" umount "$m" >/dev/null 2>&1 || umount -l "$m" 2>/dev/null

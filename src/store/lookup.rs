@@ -125,10 +125,11 @@ impl Store {
     /// Unlinks a name's sidecar and file; the kept total (`total.rs`) loses the file's size
     /// after the unlinks.
     pub(super) fn remove_pair(&self, name: &Name, lock: &ExclusiveGuard) {
-        let size = self.stored_size(name);
+        // The size only matters to a kept total: no `statx` otherwise.
+        let size = self.keeps_total().then(|| self.stored_size(name));
         let _ = rustix::fs::unlinkat(&self.meta_fd, name.sidecar_file_name(), AtFlags::empty());
         let gone = rustix::fs::unlinkat(&self.root_fd, name.as_str(), AtFlags::empty()).is_ok();
-        if gone {
+        if gone && let Some(size) = size {
             self.subtract_from_total(size, lock);
         }
     }

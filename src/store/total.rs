@@ -89,9 +89,9 @@ impl Store {
             .map(|st| st.size)
     }
 
-    /// After a removal of `size` bytes: the total less them (when it is kept).
+    /// After a removal of `size` bytes from a store that keeps its total: the total less them.
     pub(super) fn subtract_from_total(&self, size: u64, lock: &ExclusiveGuard) {
-        if size == 0 || !self.keeps_total() {
+        if size == 0 {
             return;
         }
         // A total counted again now already leaves the removed file out.

@@ -176,7 +176,7 @@ impl Store {
     /// there, then the old name unlinked (a crash in between leaves a duplicate, consumed like
     /// any entry). Not `rename`: two names of one inode, which every entry is, make it a no-op.
     fn refile(&self, from_dir: &OwnedFd, name: &Name, second: i64) -> io::Result<()> {
-        self.with_bucket(second, |to| self.link_entry(to, name))?;
+        self.file_entry(name, second)?;
         match rustix::fs::unlinkat(from_dir, name.as_str(), AtFlags::empty()) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
             Err(e) => Err(e.into()),

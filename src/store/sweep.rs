@@ -96,9 +96,10 @@ impl Store {
     }
 
     /// Whether a sweep is due: no other finished less than `balayage_intervalle_min_ms` ago, as
-    /// far as this process knows (the sweep itself checks again).
+    /// far as this process knows (the sweep itself checks again; with an interval of 0 nothing
+    /// is ever recent).
     pub fn sweep_due(&self) -> bool {
-        self.sweep_interval.is_zero() || !self.swept_recently_kept_open()
+        !self.swept_recently_kept_open()
     }
 
     /// Whether the sweep marker, read through the descriptor kept open between requests, says

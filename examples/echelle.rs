@@ -362,27 +362,11 @@ fn case(bin: &Path, dirs: &[PathBuf], n: usize, churn: bool, seconds: u64) {
     };
     let adopting = during(&samples.gets, started, started + adoption);
     if std::env::var_os("DEPOT_ECHELLE_DETAIL").is_some() {
-        for (t, d) in samples
-            .gets
-            .iter()
-            .filter(|(_, d)| *d > Duration::from_millis(20))
-        {
-            eprintln!(
-                "GET lent : +{:.3} s, {:.1} ms",
-                (*t - started).as_secs_f64(),
-                ms(*d)
-            );
-        }
-        for (t, d) in samples
-            .uploads
-            .iter()
-            .filter(|(_, d)| *d > Duration::from_millis(20))
-        {
-            eprintln!(
-                "dépôt lent : +{:.3} s, {:.1} ms",
-                (*t - started).as_secs_f64(),
-                ms(*d)
-            );
+        for (what, list) in [("GET", &samples.gets), ("dépôt", &samples.uploads)] {
+            for (t, d) in list.iter().filter(|(_, d)| *d > Duration::from_millis(20)) {
+                let after = (*t - started).as_secs_f64();
+                eprintln!("{what} lent : +{after:.3} s, {:.1} ms", ms(*d));
+            }
         }
     }
     let gets = during(&samples.gets, window.0, window.1);

@@ -195,6 +195,18 @@ fn seconds(d: Duration) -> String {
     }
 }
 
+/// Whether the filesystem holding `fd` is FUSE or a network or cluster filesystem (by its
+/// `statfs` magic number): there a blocking `flock` may not give up when a signal comes (the
+/// store lock then polls, see `store/lock.rs`). `false` when `fstatfs` fails.
+pub fn is_remote_fd(fd: impl std::os::fd::AsFd) -> bool {
+    // `f_type` is an i64 here, a u32 or an i32 on other architectures.
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::fstatfs(fd).is_ok_and(|s| {
+        let magic = s.f_type as i64 & 0xFFFF_FFFF;
+        REMOTE_MAGICS.iter().any(|(x, _)| *x == magic)
+    })
+}
+
 fn is_remote_type(fstype: &str) -> bool {
     fstype == "fuse"
         || fstype == "fuseblk"

@@ -5,7 +5,8 @@
 //! What a function needs is written in its signature: one that may only run under the exclusive
 //! lock takes an [`ExclusiveGuard`] as proof.
 //!
-//! Every acquisition goes through [`acquire`], which waits at most [`LOCK_WAIT`]: a lock held
+//! Every acquisition goes through [`acquire`], which waits at most [`LOCK_WAIT`] — blocked in
+//! `flock` on a local filesystem, polling on FUSE and network ones ([`Waiting`]): a lock held
 //! for longer (a dead JuiceFS client keeps its locks until its session expires) makes the request
 //! fail with [`LockBusy`] (503 + `Retry-After`) instead of hanging.
 //!
@@ -37,6 +38,7 @@ impl Drop for Held {
 pub(super) struct SharedGuard<'a> {
     held: Held,
     outage: &'a Outage,
+    waiting: Waiting,
 }
 
 /// The store lock, held exclusively: nothing else reads or changes the store meanwhile.
@@ -59,7 +61,19 @@ enum Kind {
 /// than a hang.
 pub const LOCK_WAIT: Duration = Duration::from_secs(2);
 
-/// First and longest sleep between two attempts to take the lock.
+/// How a held store lock is waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Waiting {
+    /// A blocking `flock` cut short by a timer (local filesystems): the waiter gets the lock
+    /// the moment it is let go.
+    Blocking,
+    /// Non-blocking attempts separated by sleeps growing from 1 to 50 ms (FUSE and network
+    /// filesystems: a blocking `flock` on JuiceFS ignored the timer's signal for 7–9 s, until
+    /// the dead holder's session expired).
+    Polling,
+}
+
+/// First and longest sleep between two attempts to take the lock while [`Waiting::Polling`].
 const FIRST_SLEEP: Duration = Duration::from_millis(1);
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 
@@ -112,37 +126,120 @@ pub fn lock_wait() -> Duration {
 }
 
 /// Takes the lock on `file`, waiting at most [`lock_wait`] (only [`PROBE`] during an
-/// [`Outage`]): non-blocking attempts separated by sleeps growing from 1 to 50 ms, then
-/// [`LockBusy`].
-fn acquire(file: &File, kind: Kind, outage: &Outage) -> io::Result<()> {
+/// [`Outage`]), then [`LockBusy`]. A free lock is taken by one non-blocking `flock`; a held one
+/// by a blocking `flock`, woken by the kernel the moment the holder lets go (a poll with sleeps
+/// between attempts made each waiter sleep past the release: up to 50 ms for a lock held 0.2 ms,
+/// the p99 of concurrent uploads), and cut short at the deadline by a one-shot timer that sends
+/// `SIGALRM` to this thread only (what `flock -w` does). On FUSE and network filesystems
+/// ([`Waiting::Polling`]), non-blocking attempts instead.
+fn acquire(file: &File, kind: Kind, outage: &Outage, waiting: Waiting) -> io::Result<()> {
+    let attempt = match kind {
+        Kind::Shared => file.try_lock_shared(),
+        Kind::Exclusive => file.try_lock(),
+    };
+    match attempt {
+        Ok(()) => {
+            outage.0.store(false, Ordering::Relaxed);
+            return Ok(());
+        }
+        Err(TryLockError::Error(e)) => return Err(e),
+        Err(TryLockError::WouldBlock) => {}
+    }
     let wait = if outage.0.load(Ordering::Relaxed) {
         PROBE.min(lock_wait())
     } else {
         lock_wait()
     };
+    let got = match waiting {
+        Waiting::Blocking => wait_for_lock(file, kind, wait)?,
+        Waiting::Polling => poll_for_lock(file, kind, wait)?,
+    };
+    if got {
+        outage.0.store(false, Ordering::Relaxed);
+        Ok(())
+    } else {
+        outage.0.store(true, Ordering::Relaxed);
+        Err(io::Error::other(LockBusy))
+    }
+}
+
+/// A blocking `flock` interrupted after `wait`: `Ok(false)` when the wait ran out.
+fn wait_for_lock(file: &File, kind: Kind, wait: Duration) -> io::Result<bool> {
+    use nix::sys::signal::{SigEvent, SigevNotify, Signal};
+    use nix::sys::timer::{Expiration, Timer, TimerSetTimeFlags};
+    use nix::time::ClockId;
+    use rustix::fs::FlockOperation;
+
+    install_alarm_handler()?;
+    let mut timer = Timer::new(
+        ClockId::CLOCK_MONOTONIC,
+        SigEvent::new(SigevNotify::SigevThreadId {
+            signal: Signal::SIGALRM,
+            thread_id: nix::unistd::gettid().as_raw(),
+            si_value: 0,
+        }),
+    )?;
+    timer.set(
+        Expiration::OneShot(wait.max(Duration::from_micros(1)).into()),
+        TimerSetTimeFlags::empty(),
+    )?;
+    let operation = match kind {
+        Kind::Shared => FlockOperation::LockShared,
+        Kind::Exclusive => FlockOperation::LockExclusive,
+    };
+    loop {
+        match rustix::fs::flock(file, operation) {
+            Ok(()) => return Ok(true),
+            // Our timer, once expired, is disarmed: any other signal only interrupts a wait
+            // that goes on.
+            Err(rustix::io::Errno::INTR) if timer.get()?.is_none() => return Ok(false),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // `timer` drops here: timer_delete, before the next lock can arm one of its own.
+}
+
+/// Non-blocking attempts separated by growing sleeps: `Ok(false)` when `wait` ran out.
+fn poll_for_lock(file: &File, kind: Kind, wait: Duration) -> io::Result<bool> {
     let deadline = Instant::now() + wait;
     let mut sleep = FIRST_SLEEP;
     loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(sleep.min(deadline - now));
+        sleep = (sleep * 2).min(MAX_SLEEP);
         let attempt = match kind {
             Kind::Shared => file.try_lock_shared(),
             Kind::Exclusive => file.try_lock(),
         };
         match attempt {
-            Ok(()) => {
-                outage.0.store(false, Ordering::Relaxed);
-                return Ok(());
-            }
+            Ok(()) => return Ok(true),
             Err(TryLockError::Error(e)) => return Err(e),
             Err(TryLockError::WouldBlock) => {}
         }
-        let now = Instant::now();
-        if now >= deadline {
-            outage.0.store(true, Ordering::Relaxed);
-            return Err(io::Error::other(LockBusy));
-        }
-        std::thread::sleep(sleep.min(deadline - now));
-        sleep = (sleep * 2).min(MAX_SLEEP);
     }
+}
+
+/// `SIGALRM` interrupts a blocking system call instead of ending the process (no
+/// `SA_RESTART`): installed once, on the first wait. Nothing else in the program uses
+/// `SIGALRM`.
+fn install_alarm_handler() -> io::Result<()> {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    static INSTALLED: std::sync::OnceLock<Result<(), nix::Error>> = std::sync::OnceLock::new();
+    extern "C" fn interrupt(_: std::ffi::c_int) {}
+    let installed = INSTALLED.get_or_init(|| {
+        let action = SigAction::new(
+            SigHandler::Handler(interrupt),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        // SAFETY: the handler does nothing, so it is async-signal-safe.
+        unsafe { sigaction(Signal::SIGALRM, &action) }.map(drop)
+    });
+    installed.map_err(io::Error::from)
 }
 
 impl Store {
@@ -154,16 +251,17 @@ impl Store {
 
     pub(super) fn lock_shared(&self) -> io::Result<SharedGuard<'_>> {
         let file = self.lock_file()?;
-        acquire(&file, Kind::Shared, &self.lock_outage)?;
+        acquire(&file, Kind::Shared, &self.lock_outage, self.lock_waiting)?;
         Ok(SharedGuard {
             held: Held(file),
             outage: &self.lock_outage,
+            waiting: self.lock_waiting,
         })
     }
 
     pub(super) fn lock_exclusive(&self) -> io::Result<ExclusiveGuard> {
         let file = self.lock_file()?;
-        acquire(&file, Kind::Exclusive, &self.lock_outage)?;
+        acquire(&file, Kind::Exclusive, &self.lock_outage, self.lock_waiting)?;
         Ok(ExclusiveGuard { _held: Held(file) })
     }
 }
@@ -175,7 +273,67 @@ impl SharedGuard<'_> {
     pub(super) fn upgrade(self) -> io::Result<ExclusiveGuard> {
         let held = self.held;
         held.0.unlock()?;
-        acquire(&held.0, Kind::Exclusive, self.outage)?;
+        acquire(&held.0, Kind::Exclusive, self.outage, self.waiting)?;
         Ok(ExclusiveGuard { _held: held })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// Both ways of waiting take a lock as soon as its holder lets go, and give up at the
+    /// deadline when it does not; the blocking one leaves no timer or signal behind (a second
+    /// wait, then a sleep, run undisturbed).
+    #[test]
+    fn both_ways_of_waiting_take_a_freed_lock_and_give_up_at_the_deadline() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("verrou");
+        let open = || {
+            File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap()
+        };
+        for waiting in [Waiting::Blocking, Waiting::Polling] {
+            let outage = Outage::default();
+            let holder = open();
+            holder.lock().unwrap();
+            let releaser = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                drop(holder);
+            });
+            let waiter = open();
+            acquire(&waiter, Kind::Exclusive, &outage, waiting).unwrap();
+            releaser.join().unwrap();
+            let still_held = open();
+            assert!(matches!(
+                still_held.try_lock(),
+                Err(TryLockError::WouldBlock)
+            ));
+            let other = open();
+            for wait in [Duration::from_millis(60), Duration::from_millis(30)] {
+                let t = Instant::now();
+                let got = match waiting {
+                    Waiting::Blocking => wait_for_lock(&other, Kind::Shared, wait).unwrap(),
+                    Waiting::Polling => poll_for_lock(&other, Kind::Shared, wait).unwrap(),
+                };
+                let took = t.elapsed();
+                assert!(!got, "{waiting:?}: a held lock was taken");
+                assert!(
+                    took >= wait && took < wait + Duration::from_millis(500),
+                    "{took:?}"
+                );
+            }
+            let t = Instant::now();
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(t.elapsed() >= Duration::from_millis(50));
+            drop(waiter);
+            acquire(&other, Kind::Shared, &outage, waiting).unwrap();
+        }
     }
 }

@@ -190,6 +190,9 @@ pub struct Store {
     sweep_marker: std::sync::Mutex<KeptMarker>,
     /// Whether this process is waiting out a store lock that is not let go (see `lock.rs`).
     lock_outage: lock::Outage,
+    /// How a held store lock is waited for: blocking on a local filesystem, polling on FUSE or
+    /// a network filesystem (see `lock.rs`).
+    lock_waiting: lock::Waiting,
 }
 
 impl Store {
@@ -206,6 +209,11 @@ impl Store {
         let index_path = root.join(TMP).join(index::INDEX);
         let index = folders::open_private_at(&tmp.fd, index::INDEX, &index_path)?;
         notes.extend(index.note(&index_path));
+        let lock_waiting = if crate::network_fs::is_remote_fd(&tmp.fd) {
+            lock::Waiting::Polling
+        } else {
+            lock::Waiting::Blocking
+        };
         Ok(Store {
             root,
             root_fd: root_dir.fd,
@@ -223,6 +231,7 @@ impl Store {
             capacity: cfg.taille_max_totale_octets,
             sweep_marker: std::sync::Mutex::new(KeptMarker::default()),
             lock_outage: lock::Outage::default(),
+            lock_waiting,
         })
     }
 

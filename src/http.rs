@@ -627,15 +627,32 @@ impl OnceSent {
     }
 }
 
-/// Appends `len` bytes of `file` from `offset` to `out`, read straight into it (no buffer of its
-/// own, no copy). On an error, `out` keeps what was read.
+/// Appends `len` bytes of `file` from `offset` to `out`, read straight into its spare capacity
+/// (no buffer of its own, no copy, and no zeroing first). On an error, `out` keeps what was
+/// read.
 fn read_file_into(file: &File, offset: u64, len: u64, out: &mut Vec<u8>) -> io::Result<()> {
+    let len = usize::try_from(len).map_err(io::Error::other)?;
     let start = out.len();
-    out.resize(start + len as usize, 0);
-    fill_at(file, &mut out[start..], offset).map_err(|(read, e)| {
-        out.truncate(start + read);
-        e
-    })
+    let end = start + len;
+    out.reserve(len);
+    while out.len() < end {
+        let at = offset + (out.len() - start) as u64;
+        // Reads into the whole spare capacity, which may be more than `len`: a file that grew
+        // meanwhile gives a few bytes too many, cut below.
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(out), at) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "fichier tronqué pendant l'envoi",
+                ));
+            }
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    out.truncate(end);
+    Ok(())
 }
 
 /// Fills `buf` from `file` at `offset`. A file that ends first (truncated while being sent) is

@@ -132,7 +132,8 @@ impl Upload<'_> {
         self.written
     }
 
-    /// fsync, sidecar, atomic rename into place under `name` (overwriting), fsync of the folders.
+    /// File and sidecar written then synced, atomic renames into place under `name`
+    /// (overwriting), fsync of the folders.
     pub fn publish(mut self, store: &Store, name: &Name) -> Result<Published, StoreError> {
         if let Some(why) = self.full.take() {
             // `self` drops here and removes the data `.part`.
@@ -142,7 +143,6 @@ impl Upload<'_> {
         // mtime = the publication time: "never downloaded" counts from the upload (specification §4).
         let published_at = SystemTime::now();
         file.set_modified(published_at)?;
-        file.sync_all()?;
         let depot = published_at
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
@@ -160,9 +160,17 @@ impl Upload<'_> {
         // The sidecar is written under its own temporary name, then renamed too. Held (open,
         // hence locked) until the end of the renames, like the data file: the sweep leaves it
         // alone while we live.
-        let sc = self.sidecar_file.take().expect("upload already published");
+        let mut sc = self.sidecar_file.take().expect("upload already published");
         // On an error, `self` drops and removes both temporaries.
-        self.write_sidecar_and_rename(store, name, &sidecar, sc)?;
+        sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
+        // Both written before either is synced: the writeback of both starts now, so the
+        // journal commit that the first fsync waits for carries the second file's blocks too,
+        // and the second fsync finds them on disk (one commit wait instead of two on ext4).
+        start_writeback(&file);
+        start_writeback(&sc);
+        file.sync_all()?;
+        sc.sync_all()?;
+        self.file_and_rename(store, name, &sidecar, sc)?;
         // The renames are done: nothing left to clean up.
         self.part.clear();
         self.sidecar_part.clear();
@@ -177,20 +185,19 @@ impl Upload<'_> {
         })
     }
 
-    /// Writes the sidecar into its temporary `sc` (`.tmp/<sidecar_part>`) and files the pair's
-    /// entry in the expiry index (before the renames: a crash leaves an entry for nothing, never
-    /// a pair the index does not know); then, under the exclusive store lock, checks the capacity
-    /// against the kept total (`total.rs`) and renames the sidecar, then the file, into place;
-    /// `sc` is closed (unlocked) after the renames.
-    fn write_sidecar_and_rename(
+    /// Files the pair's entry in the expiry index (before the renames: a crash leaves an entry
+    /// for nothing, never a pair the index does not know); then, under the exclusive store lock,
+    /// checks the capacity against the kept total (`total.rs`) and renames the sidecar (its
+    /// temporary, written and synced), then the file, into place; the sidecar's temporary is
+    /// closed (unlocked) after the renames.
+    fn file_and_rename(
         &self,
         store: &Store,
         name: &Name,
         sidecar: &Sidecar,
-        mut sc: File,
+        // Held (open, hence locked) until the renames are done, dropped on return.
+        _sidecar_file: File,
     ) -> Result<(), StoreError> {
-        sc.write_all(&serde_json::to_vec(sidecar).expect("sidecar serialises"))?;
-        sc.sync_all()?;
         // The new pair's deadline: its mtime is its depot time.
         store.file_entry(name, store.lifetimes.shortest_from(sidecar.depot_timestamp))?;
         pause_point("apres-entree-index");
@@ -223,6 +230,16 @@ impl Upload<'_> {
         }
         Ok(())
     }
+}
+
+/// Starts writing `file`'s dirty pages to disk without waiting for them
+/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`). Only a head start: the `fsync` that follows is
+/// the guarantee, so an error here is ignored.
+fn start_writeback(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a system call on a descriptor owned by `file`, alive for the call; no memory is
+    // passed.
+    let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
 impl Drop for Upload<'_> {

@@ -640,12 +640,7 @@ fn read_file_into(file: &File, offset: u64, len: u64, out: &mut Vec<u8>) -> io::
         // Reads into the whole spare capacity, which may be more than `len`: a file that grew
         // meanwhile gives a few bytes too many, cut below.
         match rustix::io::pread(file, rustix::buffer::spare_capacity(out), at) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "fichier tronqué pendant l'envoi",
-                ));
-            }
+            Ok(0) => return Err(truncated()),
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
@@ -655,6 +650,14 @@ fn read_file_into(file: &File, offset: u64, len: u64, out: &mut Vec<u8>) -> io::
     Ok(())
 }
 
+/// A file that ended before its announced length: truncated while being sent.
+fn truncated() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "fichier tronqué pendant l'envoi",
+    )
+}
+
 /// Fills `buf` from `file` at `offset`. A file that ends first (truncated while being sent) is
 /// an error, given with the number of bytes read before it.
 fn fill_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), (usize, io::Error)> {
@@ -662,13 +665,7 @@ fn fill_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), (usize, io::E
     let mut filled = 0;
     while filled < buf.len() {
         match file.read_at(&mut buf[filled..], offset + filled as u64) {
-            Ok(0) => {
-                let e = io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "fichier tronqué pendant l'envoi",
-                );
-                return Err((filled, e));
-            }
+            Ok(0) => return Err((filled, truncated())),
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err((filled, e)),

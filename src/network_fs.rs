@@ -55,12 +55,9 @@ pub fn warnings(dir: &Path) -> Vec<String> {
     let Some(existing) = nearest_existing(dir) else {
         return Vec::new();
     };
-    // `f_type` is an i64 here, a u32 or an i32 on other architectures.
-    #[allow(clippy::unnecessary_cast)]
-    let magic = rustix::fs::statfs(&existing)
+    let by_magic = rustix::fs::statfs(&existing)
         .ok()
-        .map(|s| s.f_type as i64 & 0xFFFF_FFFF);
-    let by_magic = magic.and_then(|m| REMOTE_MAGICS.iter().find(|(x, _)| *x == m).map(|x| x.1));
+        .and_then(|s| remote_magic(&s));
     let mounts =
         parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
     let mount = mount_of(&mounts, &existing);
@@ -199,12 +196,15 @@ fn seconds(d: Duration) -> String {
 /// `statfs` magic number): there a blocking `flock` may not give up when a signal comes (the
 /// store lock then polls, see `store/lock.rs`). `false` when `fstatfs` fails.
 pub fn is_remote_fd(fd: impl std::os::fd::AsFd) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|s| remote_magic(&s).is_some())
+}
+
+/// The name of the FUSE, network or cluster filesystem that `statfs` describes, by its magic.
+fn remote_magic(s: &rustix::fs::StatFs) -> Option<&'static str> {
     // `f_type` is an i64 here, a u32 or an i32 on other architectures.
     #[allow(clippy::unnecessary_cast)]
-    rustix::fs::fstatfs(fd).is_ok_and(|s| {
-        let magic = s.f_type as i64 & 0xFFFF_FFFF;
-        REMOTE_MAGICS.iter().any(|(x, _)| *x == magic)
-    })
+    let magic = s.f_type as i64 & 0xFFFF_FFFF;
+    REMOTE_MAGICS.iter().find(|(x, _)| *x == magic).map(|x| x.1)
 }
 
 fn is_remote_type(fstype: &str) -> bool {

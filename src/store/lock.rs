@@ -133,17 +133,9 @@ pub fn lock_wait() -> Duration {
 /// `SIGALRM` to this thread only (what `flock -w` does). On FUSE and network filesystems
 /// ([`Waiting::Polling`]), non-blocking attempts instead.
 fn acquire(file: &File, kind: Kind, outage: &Outage, waiting: Waiting) -> io::Result<()> {
-    let attempt = match kind {
-        Kind::Shared => file.try_lock_shared(),
-        Kind::Exclusive => file.try_lock(),
-    };
-    match attempt {
-        Ok(()) => {
-            outage.0.store(false, Ordering::Relaxed);
-            return Ok(());
-        }
-        Err(TryLockError::Error(e)) => return Err(e),
-        Err(TryLockError::WouldBlock) => {}
+    if try_take(file, kind)? {
+        outage.0.store(false, Ordering::Relaxed);
+        return Ok(());
     }
     let wait = if outage.0.load(Ordering::Relaxed) {
         PROBE.min(lock_wait())
@@ -211,15 +203,22 @@ fn poll_for_lock(file: &File, kind: Kind, wait: Duration) -> io::Result<bool> {
         }
         std::thread::sleep(sleep.min(deadline - now));
         sleep = (sleep * 2).min(MAX_SLEEP);
-        let attempt = match kind {
-            Kind::Shared => file.try_lock_shared(),
-            Kind::Exclusive => file.try_lock(),
-        };
-        match attempt {
-            Ok(()) => return Ok(true),
-            Err(TryLockError::Error(e)) => return Err(e),
-            Err(TryLockError::WouldBlock) => {}
+        if try_take(file, kind)? {
+            return Ok(true);
         }
+    }
+}
+
+/// One non-blocking `flock`: whether the lock was taken.
+fn try_take(file: &File, kind: Kind) -> io::Result<bool> {
+    let attempt = match kind {
+        Kind::Shared => file.try_lock_shared(),
+        Kind::Exclusive => file.try_lock(),
+    };
+    match attempt {
+        Ok(()) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(e)) => Err(e),
     }
 }
 

@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::folders::{self, FolderError};
 use crate::housekeeping::Housekeeper;
 use crate::log::Log;
+use crate::names::Name;
 use crate::store::Store;
 
 /// What a process loads once and every request shares.
@@ -73,6 +74,20 @@ impl App {
                 self.log.error(&format!("balayage sauté : {e}"))
             }
             Err(e) => self.log.error(&format!("balayage impossible : {e}")),
+        }
+    }
+
+    /// Removes the pair of `name`, which a lookup found expired (specification §2.2: "an
+    /// expired file is deleted"): on the housekeeping thread when the process has one, the
+    /// request waiting for it at most [`crate::housekeeping::HANDOFF_WAIT`]; inline otherwise. A
+    /// removal that fails is logged and never changes the answer (404).
+    pub async fn remove_expired(&self, name: &Name) {
+        if let Some(h) = self.housekeeper.get() {
+            return h.remove(name).await;
+        }
+        if let Err(e) = self.store.remove_expired(name) {
+            self.log
+                .error(&format!("suppression d'un fichier expiré impossible : {e}"));
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::http::{OnceSent, Request, Response, ResponseBody};
 use crate::liens::{self, UploadId};
 use crate::log::quoted;
 use crate::names::Name;
-use crate::store::{Found, now_secs};
+use crate::store::{Found, Looked, now_secs};
 
 /// Handles one download; every outcome is logged.
 pub async fn handle(app: &App, req: &Request) -> Response {
@@ -18,7 +18,7 @@ pub async fn handle(app: &App, req: &Request) -> Response {
     let method = req.method();
     let head = method == "HEAD";
     let verb = if head { "HEAD" } else { "GET" };
-    match download(app, req) {
+    match download(app, req).await {
         Ok((name, resp, range)) => {
             let what = if head {
                 "vérification"
@@ -52,7 +52,7 @@ pub async fn handle(app: &App, req: &Request) -> Response {
 
 type Served = (Name, Response, Option<(u64, u64)>);
 
-fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
+async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
     let method = req.method();
     if method != "GET" && method != "HEAD" {
         return Err(ApiError::MethodeNonAutorisee("GET, HEAD"));
@@ -60,10 +60,14 @@ fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
     let token = req.query_param("token").unwrap_or_default();
     let raw = req.query_param("fichier").unwrap_or_default();
     let (name, link) = authorise(app, &token, &raw)?;
-    let found = app
-        .store
-        .lookup(&name)?
-        .ok_or(ApiError::FichierIntrouvable)?;
+    let found = match app.store.look(&name)? {
+        Looked::Found(found) => found,
+        Looked::Missing => return Err(ApiError::FichierIntrouvable),
+        Looked::Expired => {
+            app.remove_expired(&name).await;
+            return Err(ApiError::FichierIntrouvable);
+        }
+    };
     if let Some(upload) = link
         && upload != UploadId::of(&found.sidecar, found.ino)
     {

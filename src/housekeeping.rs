@@ -11,12 +11,20 @@
 //! then goes on; the thread keeps sweeping while a sweep stops at its budget with work left. A
 //! request that finds it already at work does not wait. CGI (one
 //! request per process) and `balayage_intervalle_min_ms = 0` sweep inline.
+//!
+//! The thread also removes the expired files that downloads come upon ([`Housekeeper::remove`]):
+//! the request answers 404 at once and waits at most [`HANDOFF_WAIT`] for the removal, which
+//! takes the exclusive store lock and unlinks two names (a synchronous discard each, on a
+//! filesystem mounted with `discard`) on the thread, between two steps of a sweep, not on the
+//! one thread that serves every connection of the process. While a store is adopted, files
+//! expire before the walk has filed them, and downloads come upon hundreds a second.
 
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::log::Log;
+use crate::names::Name;
 use crate::store::{Store, is_lock_busy};
 
 /// How long a request waits for the sweep it started.
@@ -35,6 +43,8 @@ struct Shared {
     wanted: Condvar,
     /// Wakes the requests waiting for the end of the sweep they started.
     finished: tokio::sync::Notify,
+    /// Wakes the requests waiting for the removals they asked for.
+    removed: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -43,7 +53,13 @@ struct State {
     wanted: bool,
     /// The thread is sweeping.
     running: bool,
+    /// Expired files to remove, found by downloads; at most [`REMOVALS_QUEUED`] (beyond, the
+    /// sweep removes them when the expiry index reaches them).
+    removals: Vec<Name>,
 }
+
+/// At most this many removals wait for the thread.
+const REMOVALS_QUEUED: usize = 1024;
 
 impl Housekeeper {
     /// Starts the thread, which owns `store` and `log`.
@@ -52,6 +68,7 @@ impl Housekeeper {
             state: Mutex::new(State::default()),
             wanted: Condvar::new(),
             finished: tokio::sync::Notify::new(),
+            removed: tokio::sync::Notify::new(),
         });
         let theirs = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -78,24 +95,48 @@ impl Housekeeper {
         }
         let _ = tokio::time::timeout(HANDOFF_WAIT, finished).await;
     }
+
+    /// Asks for the removal of `name`, which a lookup found expired, and waits at most
+    /// [`HANDOFF_WAIT`] for it (the process's other requests go on meanwhile).
+    pub async fn remove(&self, name: &Name) {
+        let removed = self.shared.removed.notified();
+        tokio::pin!(removed);
+        removed.as_mut().enable();
+        {
+            let mut st = lock(&self.shared.state);
+            if st.removals.len() >= REMOVALS_QUEUED {
+                return;
+            }
+            st.removals.push(name.clone());
+            self.shared.wanted.notify_one();
+        }
+        let _ = tokio::time::timeout(HANDOFF_WAIT, removed).await;
+    }
 }
 
 fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The thread: waits to be asked, then sweeps until nothing is left within reach.
+/// The thread: waits to be asked, then removes what downloads found expired and sweeps until
+/// nothing is left within reach, removals first between two steps.
 fn run(shared: &Shared, store: &Store, log: &Log) {
     loop {
-        {
+        let sweep = {
             let mut st = lock(&shared.state);
-            while !st.wanted {
+            while !st.wanted && st.removals.is_empty() {
                 st = shared.wanted.wait(st).unwrap_or_else(|e| e.into_inner());
             }
-            st.wanted = false;
-            st.running = true;
+            let sweep = std::mem::take(&mut st.wanted);
+            st.running = sweep;
+            sweep
+        };
+        remove_asked(shared, store, log);
+        if !sweep {
+            continue;
         }
         loop {
+            remove_asked(shared, store, log);
             match store.sweep() {
                 Ok(r) if r.pending => continue,
                 Ok(_) => break,
@@ -115,4 +156,18 @@ fn run(shared: &Shared, store: &Store, log: &Log) {
         shared.finished.notify_waiters();
         drop(st);
     }
+}
+
+/// Removes the expired files downloads asked for, then wakes those downloads.
+fn remove_asked(shared: &Shared, store: &Store, log: &Log) {
+    let names = std::mem::take(&mut lock(&shared.state).removals);
+    if names.is_empty() {
+        return;
+    }
+    for name in &names {
+        if let Err(e) = store.remove_expired(name) {
+            log.error(&format!("suppression d'un fichier expiré impossible : {e}"));
+        }
+    }
+    shared.removed.notify_waiters();
 }

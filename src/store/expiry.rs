@@ -125,7 +125,7 @@ impl Lifetimes {
 }
 
 /// Whether a sidecar was written for this file (a regular file of its size and inode).
-fn belongs(sidecar: &Sidecar, file: FileFacts) -> bool {
+pub(super) fn belongs(sidecar: &Sidecar, file: FileFacts) -> bool {
     file.is_file && sidecar.matches(file.size, file.ino)
 }
 

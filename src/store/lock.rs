@@ -35,10 +35,8 @@ impl Drop for Held {
 }
 
 /// The store lock, held shared.
-pub(super) struct SharedGuard<'a> {
-    held: Held,
-    outage: &'a Outage,
-    waiting: Waiting,
+pub(super) struct SharedGuard {
+    _held: Held,
 }
 
 /// The store lock, held exclusively: nothing else reads or changes the store meanwhile.
@@ -248,32 +246,16 @@ impl Store {
         self.open_tmp_file(LOCK_FILE)
     }
 
-    pub(super) fn lock_shared(&self) -> io::Result<SharedGuard<'_>> {
+    pub(super) fn lock_shared(&self) -> io::Result<SharedGuard> {
         let file = self.lock_file()?;
         acquire(&file, Kind::Shared, &self.lock_outage, self.lock_waiting)?;
-        Ok(SharedGuard {
-            held: Held(file),
-            outage: &self.lock_outage,
-            waiting: self.lock_waiting,
-        })
+        Ok(SharedGuard { _held: Held(file) })
     }
 
     pub(super) fn lock_exclusive(&self) -> io::Result<ExclusiveGuard> {
         let file = self.lock_file()?;
         acquire(&file, Kind::Exclusive, &self.lock_outage, self.lock_waiting)?;
         Ok(ExclusiveGuard { _held: Held(file) })
-    }
-}
-
-impl SharedGuard<'_> {
-    /// Trades the shared lock for the exclusive one on the same file. Not atomic (flock drops
-    /// the old lock before taking the new one): whatever was seen under the shared lock must be
-    /// checked again.
-    pub(super) fn upgrade(self) -> io::Result<ExclusiveGuard> {
-        let held = self.held;
-        held.0.unlock()?;
-        acquire(&held.0, Kind::Exclusive, self.outage, self.waiting)?;
-        Ok(ExclusiveGuard { _held: held })
     }
 }
 

@@ -6,9 +6,9 @@ use std::io::{self, Read};
 
 use rustix::fs::{AtFlags, OFlags};
 
-use super::expiry::{FileFacts, Verdict, now_secs};
+use super::expiry::{FileFacts, Verdict, belongs, now_secs};
 use super::lock::ExclusiveGuard;
-use super::{Sidecar, Store, StoreError, is_absent, open_at};
+use super::{Sidecar, Store, StoreError, SweepReport, is_absent, open_at};
 use crate::names::Name;
 
 /// A live, unexpired file, opened for reading.
@@ -32,61 +32,84 @@ impl Found {
 
 impl Store {
     /// The file a request is about: `Ok(None)` when missing, without sidecar, mismatched, or
-    /// expired (an expired file, or an orphan older than `duree_max_depot_secondes`, is deleted
-    /// on the spot).
+    /// expired; an expired file, or an orphan older than `duree_max_depot_secondes`, is deleted
+    /// on the spot ([`Store::look`], then [`Store::remove_expired`]).
+    pub fn lookup(&self, name: &Name) -> Result<Option<Found>, StoreError> {
+        match self.look(name)? {
+            Looked::Found(found) => Ok(Some(found)),
+            Looked::Missing => Ok(None),
+            Looked::Expired => {
+                self.remove_expired(name)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// What the store holds under `name`, removing nothing (a process with a housekeeping thread
+    /// hands the removal of what is [`Looked::Expired`] to it: `housekeeping.rs`).
     ///
     /// First without the store lock: a sidecar that names the inode of the file opened under
     /// its name proves the pair whole (a sidecar is written for one inode, and an open file's
-    /// inode cannot be handed to another file), so a live pair found that way is exactly what a
-    /// read under the lock would serve. A reader between the two renames of a publication sees
-    /// a sidecar of another inode, and a removal leaves no sidecar: those, like everything that
-    /// is not a live pair (and sidecars older than the inode field), are read again under the
-    /// shared lock, where expired pairs and old orphans are removed.
-    pub fn lookup(&self, name: &Name) -> Result<Option<Found>, StoreError> {
-        if let Some(found) = self.live_pair(name, now_secs(), Proof::Inode)? {
-            return Ok(Some(found));
+    /// inode cannot be handed to another file), so a pair found that way, live or expired, is
+    /// exactly what a read under the lock would judge. A name with no file is answered at once
+    /// too: a publication renames its file last and a removal unlinks it last, so "no file" is
+    /// already their outcome, never half of one (a sidecar left alone is the sweep's, as an
+    /// orphan). Downloads of names gone or expired — in a store where files expire every second,
+    /// most of its 404 — thus never wait for the lock, which a sweeper's removals take. A reader
+    /// between the two renames of a publication sees a sidecar of another inode: that, like
+    /// everything else that does not prove itself (and sidecars older than the inode field), is
+    /// read again under the shared lock.
+    pub fn look(&self, name: &Name) -> Result<Looked, StoreError> {
+        match self.live_pair(name, now_secs(), Proof::Inode)? {
+            Seen::Live(found) => return Ok(Looked::Found(found)),
+            Seen::NoFile => return Ok(Looked::Missing),
+            Seen::Expired => return Ok(Looked::Expired),
+            Seen::NotLive => {}
         }
-        let lock = self.lock_shared()?;
+        let _lock = self.lock_shared()?;
         let now = now_secs();
-        if let Some(found) = self.live_pair(name, now, Proof::Lock)? {
-            return Ok(Some(found));
-        }
-        // Not servable. Only an expired pair or an old orphan is removed now, re-checked under
-        // the exclusive lock so that a concurrent re-publication survives; a mismatched pair or
-        // a young orphan is left for the sweep once it is old (never deleted on sight).
-        if self.observe(name, now).0 != Verdict::Remove {
-            return Ok(None);
-        }
-        let lock = lock.upgrade()?;
-        let (verdict, _, _) = self.verdict(name, now_secs(), &lock);
-        if verdict == Verdict::Remove {
-            self.remove_pair(name, &lock);
-        }
-        Ok(None)
+        Ok(match self.live_pair(name, now, Proof::Lock)? {
+            Seen::Live(found) => Looked::Found(found),
+            // A mismatched pair or a young orphan is never deleted on sight: the sweep removes
+            // it once it is old.
+            _ if self.observe(name, now).0 == Verdict::Remove => Looked::Expired,
+            _ => Looked::Missing,
+        })
+    }
+
+    /// Removes the pair of `name` if it is due, judged again under the exclusive lock (a
+    /// concurrent re-publication survives).
+    pub fn remove_expired(&self, name: &Name) -> Result<(), StoreError> {
+        self.remove_if_confirmed(name, now_secs(), &mut SweepReport::default())?;
+        Ok(())
     }
 
     /// The pair of `name` when it is whole and alive; see [`Store::lookup`] for what `proof`
     /// accepts.
-    fn live_pair(&self, name: &Name, now: i64, proof: Proof) -> Result<Option<Found>, StoreError> {
+    fn live_pair(&self, name: &Name, now: i64, proof: Proof) -> Result<Seen, StoreError> {
         let file = match open_to_read(&self.root_fd, name.as_str()) {
             Ok(f) => f,
-            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) if is_absent(&e) => return Ok(Seen::NoFile),
             Err(e) => return Err(StoreError::Io(e)),
         };
         let Some(sc) = self.read_sidecar(name) else {
-            return Ok(None);
+            return Ok(Seen::NotLive);
         };
         if proof == Proof::Inode && sc.inode.is_none() {
-            return Ok(None);
+            return Ok(Seen::NotLive);
         }
         // `fstat`, not std's `metadata` (`statx` of the empty path: a path lookup more).
         let facts = FileFacts::of(&rustix::fs::fstat(&file).map_err(io::Error::from)?);
-        Ok(self.lifetimes.live(&sc, facts, now).map(|_| Found {
-            size: facts.size,
-            ino: facts.ino,
-            file,
-            sidecar: sc,
-        }))
+        Ok(match self.lifetimes.live(&sc, facts, now) {
+            Some(_) => Seen::Live(Found {
+                size: facts.size,
+                ino: facts.ino,
+                file,
+                sidecar: sc,
+            }),
+            None if belongs(&sc, facts) => Seen::Expired,
+            None => Seen::NotLive,
+        })
     }
 
     /// The exact verdict on `name`, under the exclusive lock: what may be removed. Also says
@@ -181,6 +204,29 @@ fn open_to_read(dir: &std::os::fd::OwnedFd, name: &str) -> io::Result<File> {
 
 /// The largest sidecar read (ours are about 150 bytes).
 const SIDECAR_MAX: usize = 4096;
+
+/// What [`Store::look`] found under a name.
+pub enum Looked {
+    /// A live pair, opened.
+    Found(Found),
+    /// Nothing to serve and nothing to remove now.
+    Missing,
+    /// An expired pair or an old orphan: not served, to be removed ([`Store::remove_expired`]).
+    Expired,
+}
+
+/// What [`Store::live_pair`] saw of a name.
+enum Seen {
+    /// A live pair, opened.
+    Live(Found),
+    /// No file under that name.
+    NoFile,
+    /// A whole pair whose time has run out.
+    Expired,
+    /// A file, but no whole pair with it proven (half published, mismatched, or a sidecar that
+    /// does not prove it without the lock).
+    NotLive,
+}
 
 /// What proves a pair whole in [`Store::live_pair`].
 #[derive(PartialEq, Clone, Copy)]

@@ -59,7 +59,7 @@ use crate::folders;
 
 pub use expiry::now_secs;
 pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
-pub use lookup::Found;
+pub use lookup::{Found, Looked};
 pub use publish::{Published, Upload};
 pub use sweep::SweepReport;
 

@@ -417,7 +417,8 @@ fn the_full_sweep_reads_the_store_without_the_lock() {
 /// held too long (a stopped process, a dead JuiceFS client) does not stop downloads of what is
 /// there. A pair that does not prove itself whole that way — a sidecar of another inode (a
 /// reader between the two renames of a publication), or one without the inode field (written
-/// by an older version) — is never served without the lock.
+/// by an older version) — is never served without the lock. Nor does a name with no file wait
+/// for it.
 #[test]
 fn a_live_pair_is_read_without_the_store_lock() {
     let d = tempfile::tempdir().unwrap();
@@ -443,6 +444,10 @@ fn a_live_pair_is_read_without_the_store_lock() {
             "{needs_lock} was read without the lock"
         );
     }
+    // A name with no file: answered without the lock.
+    let t = std::time::Instant::now();
+    assert!(store.lookup(&name("absent")).unwrap().is_none());
+    assert!(t.elapsed() < lock::LOCK_WAIT, "{:?}", t.elapsed());
     drop(held);
     assert!(store.lookup(&name("ancien")).unwrap().is_some());
     assert!(store.lookup(&name("v")).unwrap().is_none());

@@ -8,14 +8,15 @@ use crate::folders::{self, FolderError};
 use crate::housekeeping::Housekeeper;
 use crate::log::Log;
 use crate::names::Name;
-use crate::store::Store;
+use crate::store::{Published, Store, StoreError, Upload};
 
 /// What a process loads once and every request shares.
 pub struct App {
     /// The configuration, loaded once.
     pub cfg: Config,
-    /// The file store, through its folders' descriptors.
-    pub store: Store,
+    /// The file store, through its folders' descriptors (shared with the threads that publish
+    /// uploads, [`App::publish`]).
+    pub store: std::sync::Arc<Store>,
     /// The log.
     pub log: Log,
     /// The thread that sweeps for the requests of a long-lived process ([`App::hand_off_sweeps`]).
@@ -30,7 +31,7 @@ impl App {
         let (store, log) = open_store_and_log(&cfg)?;
         Ok(App {
             cfg,
-            store,
+            store: std::sync::Arc::new(store),
             log,
             housekeeper: std::cell::OnceCell::new(),
         })
@@ -75,6 +76,25 @@ impl App {
             }
             Err(e) => self.log.error(&format!("balayage impossible : {e}")),
         }
+    }
+
+    /// Publishes an upload (its fsyncs and renames: a few milliseconds, a hundred or more when
+    /// they wait behind the kernel's writeback): on a thread of tokio's blocking pool when the
+    /// process serves many connections (the same processes as [`App::hand_off_sweeps`]), so
+    /// that its other requests go on meanwhile; inline under CGI.
+    pub async fn publish(&self, up: Upload, name: &Name) -> Result<Published, StoreError> {
+        if self.housekeeper.get().is_none() {
+            return up.publish(&self.store, name);
+        }
+        let store = std::sync::Arc::clone(&self.store);
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || up.publish(&store, &name))
+            .await
+            .unwrap_or_else(|e| {
+                Err(StoreError::Io(std::io::Error::other(format!(
+                    "publication interrompue : {e}"
+                ))))
+            })
     }
 
     /// Removes the pair of `name`, which a lookup found expired (specification §2.2: "an

@@ -138,9 +138,8 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     let Some((name, up)) = found else {
         return Err(ApiError::FichierAbsent);
     };
-    // fsync and renames. Run inline: under mod_fcgid a process serves one request at a time, and
-    // the fsync is what makes the published file durable before the 200.
-    let published = up.publish(&app.store, &name)?;
+    // fsyncs and renames, then the 200: the fsync is what makes the published file durable.
+    let published = app.publish(up, &name).await?;
     Ok((name, published))
 }
 

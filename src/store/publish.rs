@@ -24,13 +24,15 @@ pub struct Published {
     pub sha256_hex: String,
 }
 
-/// An upload being written; dropping it unpublished removes the temporary files.
-pub struct Upload<'s> {
+/// An upload being written; dropping it unpublished removes the temporary files. It owns what
+/// it uses (a descriptor of its own on `.tmp`), so that a process serving many connections can
+/// publish it on another thread (`upload.rs`).
+pub struct Upload {
     file: Option<File>,
     /// The sidecar's temporary, created (and locked) with `file`, written at publication.
     sidecar_file: Option<File>,
     /// The store's `.tmp`, where `part` and `sidecar_part` live.
-    tmp_fd: &'s OwnedFd,
+    tmp_fd: OwnedFd,
     /// The temporary's name in `.tmp`; empty once published.
     part: String,
     /// The sidecar temporary's name in `.tmp`; empty once published.
@@ -51,11 +53,12 @@ impl Store {
     /// `.tmp/*.meta.part` (both removed if the upload is dropped). Both are created and locked
     /// under one hold of the shared store lock: a sweep probes `.part` locks under the exclusive
     /// lock, so it can never catch either file between its creation and its lock.
-    pub fn begin_upload(&self) -> Result<Upload<'_>, StoreError> {
+    pub fn begin_upload(&self) -> Result<Upload, StoreError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         static PID: OnceLock<u32> = OnceLock::new();
         let pid = *PID.get_or_init(std::process::id);
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
+        let tmp_fd = rustix::io::fcntl_dupfd_cloexec(&self.tmp_fd, 0).map_err(io::Error::from)?;
         let lock = self.lock_shared()?;
         let data = (|| -> io::Result<(File, String)> {
             loop {
@@ -87,7 +90,7 @@ impl Store {
         Ok(Upload {
             file: Some(file),
             sidecar_file: Some(sidecar),
-            tmp_fd: &self.tmp_fd,
+            tmp_fd,
             part,
             sidecar_part,
             written: 0,
@@ -99,7 +102,7 @@ impl Store {
     }
 }
 
-impl Upload<'_> {
+impl Upload {
     /// Appends bytes (→ `TooLarge` beyond the limit). Once the store is known to be unable to
     /// take the file (ENOSPC, or beyond the capacity), the bytes are only counted and
     /// [`Upload::publish`] answers `Full`.
@@ -219,9 +222,9 @@ impl Upload<'_> {
         };
         pause_point("avant-renommage");
         let sc_name = name.sidecar_file_name();
-        rustix::fs::renameat(self.tmp_fd, &self.sidecar_part, &store.meta_fd, &sc_name)?;
+        rustix::fs::renameat(&self.tmp_fd, &self.sidecar_part, &store.meta_fd, &sc_name)?;
         pause_point("entre-renommages");
-        rustix::fs::renameat(self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
+        rustix::fs::renameat(&self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
         pause_point("apres-renommage");
         if let Some((before, after)) = totals
             && after < before
@@ -242,11 +245,11 @@ fn start_writeback(file: &File) {
     let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
-impl Drop for Upload<'_> {
+impl Drop for Upload {
     fn drop(&mut self) {
         for part in [&self.part, &self.sidecar_part] {
             if !part.is_empty() {
-                let _ = rustix::fs::unlinkat(self.tmp_fd, part.as_str(), AtFlags::empty());
+                let _ = rustix::fs::unlinkat(&self.tmp_fd, part.as_str(), AtFlags::empty());
             }
         }
     }

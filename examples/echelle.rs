@@ -17,6 +17,10 @@
 //! share of the clients' time spent inside GETs slower than 10 ms, upload p99; VmHWM; then,
 //! with `taille_max_totale_octets` set (a new process), the first upload (the total counted
 //! once) and the upload p99; last, the files left more than 2 minutes past their deadline.
+//!
+//! For profiling: `DEPOT_ECHELLE_REGIMES` (`calme`, `renouvellement`, or both separated by a
+//! comma) runs only those; `DEPOT_ECHELLE_DETAIL` prints every GET and upload over 20 ms with
+//! its start; `DEPOT_ECHELLE_REUTILISER` keeps the store and adopts it again on the next run.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -317,13 +321,29 @@ fn left_late(files: &Path) -> usize {
     late
 }
 
+/// `DEPOT_ECHELLE_REUTILISER` (profiling): a store already written in DIR by a previous run is
+/// kept and adopted again (its index moved aside) instead of being written anew, and is left.
+fn reuse() -> bool {
+    std::env::var_os("DEPOT_ECHELLE_REUTILISER").is_some()
+}
+
+fn regime(churn: bool) -> &'static str {
+    if churn { "renouvellement" } else { "calme" }
+}
+
 fn case(bin: &Path, dirs: &[PathBuf], n: usize, churn: bool, seconds: u64) {
     let views: Vec<PathBuf> = dirs.iter().map(|d| d.join("files")).collect();
     let files = &views[0];
     let local = std::env::temp_dir().join(format!("depot-echelle-{}", std::process::id()));
     std::fs::create_dir_all(&local).unwrap();
     let t = Instant::now();
-    write_store(files, n, churn);
+    if reuse() && files.join(".meta").is_dir() {
+        // Profiling only: the store a previous run left, its index moved aside (unindexed again).
+        let aside = files.with_file_name(format!("index-{}", now()));
+        let _ = std::fs::rename(files.join(".tmp/index"), aside);
+    } else {
+        write_store(files, n, churn);
+    }
     // Written without fsync: flushed now, so that the first fsync of an upload does not pay
     // for the whole store (a journal commit of seconds at 10⁶).
     let _ = Command::new("sync").status();
@@ -399,7 +419,7 @@ fn case(bin: &Path, dirs: &[PathBuf], n: usize, churn: bool, seconds: u64) {
     let _ = std::fs::remove_dir_all(&local);
     println!(
         "{n}\t{}\t{:.1}\t{:.2}\t{}\t{:.2}\t{:.0}\t{:.2}\t{:.1}\t{:.2}\t{:.2}\t{:.3}\t{:.1}\t{}\t{}",
-        if churn { "renouvellement" } else { "calme" },
+        regime(churn),
         written.as_secs_f64(),
         adoption.as_secs_f64(),
         adopting.len(),
@@ -433,14 +453,22 @@ fn main() {
          GET_par_s\tGET_p99_ms\tGET_max_ms\tpart_GET_lents_pct\tdépôt_p99_ms\t\
          premier_dépôt_capacité_s\tdépôt_capacité_p99_ms\tVmHWM_Mio\ten_retard_2min"
     );
+    let regimes = std::env::var("DEPOT_ECHELLE_REGIMES").ok();
+    let regimes = regimes.as_deref();
     let second = std::env::var_os("DEPOT_ECHELLE_SECOND_NOEUD").map(PathBuf::from);
     for n in sizes {
         let case_dir = dir.join(format!("n{n}"));
         std::fs::create_dir_all(&case_dir).unwrap();
         let mut dirs = vec![case_dir.clone()];
         dirs.extend(second.as_ref().map(|s| s.join(format!("n{n}"))));
-        case(&bin, &dirs, n, false, seconds);
-        case(&bin, &dirs, n, true, seconds);
-        let _ = std::fs::remove_dir_all(&case_dir);
+        for churn in [false, true] {
+            if regimes.is_some_and(|r| !r.split(',').any(|x| x == regime(churn))) {
+                continue;
+            }
+            case(&bin, &dirs, n, churn, seconds);
+        }
+        if !reuse() {
+            let _ = std::fs::remove_dir_all(&case_dir);
+        }
     }
 }

@@ -79,9 +79,9 @@ impl App {
     }
 
     /// Publishes an upload (its fsyncs and renames: a few milliseconds, a hundred or more when
-    /// they wait behind the kernel's writeback): on a thread of tokio's blocking pool when the
-    /// process serves many connections (the same processes as [`App::hand_off_sweeps`]), so
-    /// that its other requests go on meanwhile; inline under CGI.
+    /// they wait behind the kernel's writeback): on a thread of tokio's blocking pool in a
+    /// process that serves many requests (the same processes as [`App::hand_off_sweeps`]), so
+    /// that its other connections go on meanwhile; inline under CGI.
     pub async fn publish(&self, up: Upload, name: &Name) -> Result<Published, StoreError> {
         if self.housekeeper.get().is_none() {
             return up.publish(&self.store, name);

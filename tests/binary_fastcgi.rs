@@ -1,7 +1,8 @@
 //! The real binary (`depot-fichiers --listen unix:…`) driven over FastCGI by the test client:
 //! byte-identical round trips (0 B, 1 B, 1 MiB, 50 MiB), overwrite, statuses, HEAD, Range,
 //! expiry by age and by inactivity with second-scale delays, the sweep removing a file nobody asks
-//! for at the next request of any kind, the sidecar, and a client that disconnects mid-upload.
+//! for at the next request of any kind, the sidecar, a client that disconnects mid-upload, and
+//! the downloads a long-lived process answers without the store lock or removes afterwards.
 
 mod common;
 
@@ -416,4 +417,39 @@ fn a_peer_that_half_closes_after_its_request_gets_the_answer() {
         let want = if i % 2 == 0 { 200 } else { 401 };
         assert_eq!(r.status, want, "request {i}: {}", r.text());
     }
+}
+
+/// A process that serves many requests: the expired file a download comes upon is answered 404 and
+/// removed (pair and all) by its housekeeping thread, with the sweeps held off for an hour; a name
+/// with no file, and a live pair whose sidecar names its inode, are answered while another process
+/// holds the store lock exclusively (no wait for it: a 503 would come after 2 s).
+#[test]
+fn expired_removed_off_the_thread_and_names_gone_answered_without_the_lock() {
+    let s = Server::start("duree_inactivite_secondes = 100\nbalayage_intervalle_min_ms = 3600000");
+    assert_eq!(s.upload("vieux.txt", b"x").status, 200);
+    assert_eq!(s.upload("vivant.txt", b"y").status, 200);
+    let old = std::time::SystemTime::now() - Duration::from_secs(200);
+    std::fs::File::options()
+        .write(true)
+        .open(s.files().join("vieux.txt"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    assert_eq!(s.download("vieux.txt").status, 404);
+    let t = Instant::now();
+    while s.files().join("vieux.txt").exists() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!s.files().join("vieux.txt").exists(), "expired file kept");
+    assert!(!s.files().join(".meta/vieux.txt.json").exists());
+    assert!(s.files().join("vivant.txt").exists());
+
+    let lock = std::fs::File::open(s.files().join(".tmp/verrou")).unwrap();
+    lock.lock().unwrap();
+    let t = Instant::now();
+    assert_eq!(s.download("jamais.txt").status, 404);
+    assert_eq!(s.download("vieux.txt").status, 404);
+    assert_eq!(s.download("vivant.txt").status, 200);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    lock.unlock().unwrap();
 }

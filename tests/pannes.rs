@@ -626,7 +626,7 @@ fn read_only_store_answers_500_and_logs_with(interval: &str) {
     assert_eq!(p.get(&token, "avant.bin").status, 200);
     m.read_only();
     // A live file is still served (read without the store lock); its download clock cannot be
-    // set. A name that needs the lock (absent here) answers 500, like an upload.
+    // set. A name with no file needs no lock either (404); an upload, which does, answers 500.
     let r = p.get(&token, "avant.bin");
     assert_eq!(
         (r.status, r.body.as_slice()),
@@ -634,7 +634,7 @@ fn read_only_store_answers_500_and_logs_with(interval: &str) {
         "{}",
         r.text()
     );
-    assert_eq!(p.get(&token, "absent.bin").status, 500);
+    assert_eq!(p.get(&token, "absent.bin").status, 404);
     let r = p.upload(&token, "ro.bin", &bytes(1000, 3)).unwrap();
     assert_eq!(r.status, 500, "{}", r.text());
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
@@ -668,8 +668,9 @@ fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
 }
 
 /// A process stopped while it holds the exclusive store lock (`avant-renommage`): a live file is
-/// still served (read without the lock); uploads, and downloads and MCP reads of a name that
-/// needs the lock (the one being published), answer "store busy" (503 + `Retry-After`, or the
+/// still served (read without the lock), and the name being published, which has no file yet,
+/// answers 404 at once; uploads, and downloads and MCP reads of a name that needs the lock (a pair
+/// whose sidecar has no inode), answer "store busy" (503 + `Retry-After`, or the
 /// MCP tool error of each era) within the lock deadline (700 ms here,
 /// `DEPOT_FICHIERS_TEST_DELAIS`), their sweeps skipped rather than failing them. The deadline is waited once per outage and per
 /// process: after the first request's wait ran out, the next ones of the same process answer
@@ -699,6 +700,16 @@ fn lock_held_too_long_answers_503_then_recovers() {
     let healthy = Proc::start_env(&state, &faulty, "sain", None, &env);
     let v1 = bytes(10_000, 1);
     assert_eq!(healthy.upload(&token, "a", &v1).unwrap().status, 200);
+    std::fs::write(state.files().join("ancien"), b"old").unwrap();
+    let depot = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    std::fs::write(
+        state.sidecar("ancien"),
+        format!(r#"{{"nom_original":"ancien","depot_timestamp":{depot},"taille_octets":3}}"#),
+    )
+    .unwrap();
     let mut holder = Proc::start(&state, &faulty, "porteur", Some("avant-renommage"));
     let client = upload_in_thread(
         holder.sock.clone(),
@@ -769,11 +780,16 @@ fn lock_held_too_long_answers_503_then_recovers() {
         "answered after {:?}",
         t.elapsed()
     );
-    // The same process again: it only probes the lock (50 ms) instead of waiting the deadline
-    // once for its sweep and once more for the request. `b`, being published by the stopped
-    // holder, is not there: telling "absent" from "half published" needs the lock.
+    // `b`, being published by the stopped holder, has no file yet: a publication renames its
+    // file last, so that is answered at once, without the lock.
     let t = Instant::now();
-    let r = healthy.get(&token, "b");
+    assert_eq!(healthy.get(&token, "b").status, 404);
+    assert!(t.elapsed() < deadline, "404 after {:?}", t.elapsed());
+    // The same process again: it only probes the lock (50 ms) instead of waiting the deadline
+    // once for its sweep and once more for the request. The pair `ancien`, written by a version
+    // whose sidecars have no inode, proves nothing without the lock.
+    let t = Instant::now();
+    let r = healthy.get(&token, "ancien");
     busy("téléchargement", &r, t.elapsed());
     assert!(
         t.elapsed() < deadline,
@@ -789,7 +805,7 @@ fn lock_held_too_long_answers_503_then_recovers() {
         t.elapsed()
     );
     let t = Instant::now();
-    let modern = mcp(true, "b");
+    let modern = mcp(true, "ancien");
     assert!(
         t.elapsed() < deadline,
         "MCP waited again: {:?}",
@@ -797,7 +813,7 @@ fn lock_held_too_long_answers_503_then_recovers() {
     );
     assert_eq!(modern["result"]["isError"], true, "{modern}");
     assert!(modern.to_string().contains("occupé"), "{modern}");
-    let legacy = mcp(false, "b");
+    let legacy = mcp(false, "ancien");
     assert_eq!(legacy["error"]["code"], -32000, "{legacy}");
     assert!(legacy.to_string().contains("occupé"), "{legacy}");
     let log = read(&state.log_file());
@@ -810,6 +826,13 @@ fn lock_held_too_long_answers_503_then_recovers() {
     let r = healthy.get(&token, "a");
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.body == v1);
+    let r = healthy.get(&token, "ancien");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, &b"old"[..]),
+        "{}",
+        r.text()
+    );
     assert!(!orphan.exists(), "the sweep did not resume");
     assert_eq!(healthy.upload(&token, "c", b"c").unwrap().status, 200);
     assert_eq!(mcp(true, "a")["result"]["isError"], false);

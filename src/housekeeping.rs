@@ -13,7 +13,7 @@
 //! request per process) and `balayage_intervalle_min_ms = 0` sweep inline.
 //!
 //! The thread also removes the expired files that downloads come upon ([`Housekeeper::remove`]):
-//! the request answers 404 at once and waits at most [`HANDOFF_WAIT`] for the removal, which
+//! the request answers 404 once the removal is done or [`HANDOFF_WAIT`] has passed; the removal
 //! takes the exclusive store lock and unlinks two names (a synchronous discard each, on a
 //! filesystem mounted with `discard`) on the thread, between two steps of a sweep, not on the
 //! one thread that serves every connection of the process. While a store is adopted, files

@@ -61,6 +61,12 @@ struct State {
 /// At most this many removals wait for the thread.
 const REMOVALS_QUEUED: usize = 1024;
 
+/// The removals done between two steps of a sweep stop after this long (at least one is done):
+/// on JuiceFS a removal takes tens of milliseconds (the lock polled, round trips to the metadata
+/// engine), and while a store is adopted downloads ask for them faster than that, so removals
+/// done all at once would leave the walk no time. The rest waits for the next turn.
+const REMOVAL_TIME: Duration = Duration::from_millis(20);
+
 impl Housekeeper {
     /// Starts the thread, which owns `store` and `log`.
     pub fn start(store: Store, log: Log) -> io::Result<Housekeeper> {
@@ -158,16 +164,21 @@ fn run(shared: &Shared, store: &Store, log: &Log) {
     }
 }
 
-/// Removes the expired files downloads asked for, then wakes those downloads.
+/// Removes the expired files downloads asked for, for at most [`REMOVAL_TIME`], then wakes those
+/// downloads (the ones still queued wait at most [`HANDOFF_WAIT`] in all).
 fn remove_asked(shared: &Shared, store: &Store, log: &Log) {
-    let names = std::mem::take(&mut lock(&shared.state).removals);
-    if names.is_empty() {
-        return;
-    }
-    for name in &names {
-        if let Err(e) = store.remove_expired(name) {
+    let started = std::time::Instant::now();
+    let mut done = false;
+    while started.elapsed() < REMOVAL_TIME {
+        let Some(name) = lock(&shared.state).removals.pop() else {
+            break;
+        };
+        if let Err(e) = store.remove_expired(&name) {
             log.error(&format!("suppression d'un fichier expiré impossible : {e}"));
         }
+        done = true;
     }
-    shared.removed.notify_waiters();
+    if done {
+        shared.removed.notify_waiters();
+    }
 }

@@ -66,8 +66,9 @@ pub(super) const WALK_PER_SWEEP: usize = 128;
 /// A sweep of the index stops looking at entries once it has run this long (a removal costs
 /// ≈ 0.1 ms: the 64 removals of the specification fit well within it).
 pub(super) const SWEEP_TIME: Duration = Duration::from_millis(20);
-/// A step of the walk stops once it has run this long: a new bucket is a new folder, whose inode
-/// can cost milliseconds, and the first steps of an adoption create most of them.
+/// A step of the walk stops once it has walked names this long (counted from the first name,
+/// after the folder is opened and the position found again): a new bucket is a new folder, whose
+/// inode can cost milliseconds, and the first steps of an adoption create most of them.
 pub(super) const WALK_TIME: Duration = Duration::from_millis(5);
 /// The same, on the housekeeping thread of a long-lived process, which no request waits for: a
 /// step's fixed cost (the position read and written, the folder opened) is then spread over more
@@ -349,14 +350,17 @@ impl Store {
             let _ = rustix::fs::unlinkat(&self.tmp_fd, "echeance", AtFlags::empty());
         }
         let mut budget = WALK_PER_SWEEP;
-        let started = Instant::now();
+        // Started at the first name walked: opening a folder and finding the position again is
+        // a fixed cost, which on JuiceFS grows with the folder (≈ 0.6 s a step at 10⁵ names) and
+        // would otherwise leave one name a step, an adoption in O(N²).
+        let mut clock = None;
         while let Walk::Walking {
             adopting,
             folder,
             at,
         } = walk
         {
-            let (reached, ended) = self.walk_folder(folder, at, &mut budget, started, now)?;
+            let (reached, ended) = self.walk_folder(folder, at, &mut budget, &mut clock, now)?;
             walk = match (ended, folder) {
                 (false, _) => Walk::Walking {
                     adopting,
@@ -387,7 +391,7 @@ impl Store {
         folder: Folder,
         at: i64,
         budget: &mut usize,
-        started: Instant,
+        clock: &mut Option<Instant>,
         now: i64,
     ) -> io::Result<(i64, bool)> {
         let dir = match folder {
@@ -410,7 +414,8 @@ impl Store {
         while let Some(entry) = entries.read() {
             let entry = entry?;
             // At least one name a step, however slow the filesystem.
-            if walked > 0 && (*budget == 0 || started.elapsed() > self.walk_time()) {
+            let late = clock.is_some_and(|c: Instant| c.elapsed() > self.walk_time());
+            if walked > 0 && (*budget == 0 || late) {
                 return Ok((position, false));
             }
             done += 1;
@@ -423,6 +428,7 @@ impl Store {
                 continue;
             }
             walked += 1;
+            clock.get_or_insert_with(Instant::now);
             *budget = budget.saturating_sub(1);
             let name = match folder {
                 Folder::Root if raw == META.as_bytes() || raw == TMP.as_bytes() => continue,

@@ -428,13 +428,7 @@ fn expired_removed_off_the_thread_and_names_gone_answered_without_the_lock() {
     let s = Server::start("duree_inactivite_secondes = 100\nbalayage_intervalle_min_ms = 3600000");
     assert_eq!(s.upload("vieux.txt", b"x").status, 200);
     assert_eq!(s.upload("vivant.txt", b"y").status, 200);
-    let old = std::time::SystemTime::now() - Duration::from_secs(200);
-    std::fs::File::options()
-        .write(true)
-        .open(s.files().join("vieux.txt"))
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    age(&s.files().join("vieux.txt"), 200);
     assert_eq!(s.download("vieux.txt").status, 404);
     let t = Instant::now();
     while s.files().join("vieux.txt").exists() && t.elapsed() < Duration::from_secs(5) {

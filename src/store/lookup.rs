@@ -70,6 +70,7 @@ impl Store {
         let now = now_secs();
         Ok(match self.live_pair(name, now, Proof::Lock)? {
             Seen::Live(found) => Looked::Found(found),
+            Seen::Expired => Looked::Expired,
             // A mismatched pair or a young orphan is never deleted on sight: the sweep removes
             // it once it is old.
             _ if self.observe(name, now).0 == Verdict::Remove => Looked::Expired,

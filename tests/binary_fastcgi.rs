@@ -256,16 +256,6 @@ fn a_client_that_disconnects_mid_upload_leaves_nothing() {
     assert_eq!(s.upload("ensuite.txt", b"ok").status, 200);
 }
 
-/// Sets the mtime of `path` to `secs` seconds ago.
-fn age(path: &Path, secs: u64) {
-    std::fs::File::options()
-        .write(true)
-        .open(path)
-        .unwrap()
-        .set_modified(std::time::SystemTime::now() - Duration::from_secs(secs))
-        .unwrap();
-}
-
 /// Specification §4 with `balayage_intervalle_min_ms = 0`: the sweep runs on literally every request,
 /// so an orphan (a file without sidecar, a sidecar without file) older than
 /// `duree_max_depot_secondes` is gone after the next request of any kind, even one that
@@ -277,9 +267,9 @@ fn with_interval_zero_every_request_removes_old_orphans() {
     assert_eq!(s.download("garde.txt").status, 200);
     let files = s.files();
     std::fs::write(files.join("sans-fiche.txt"), b"y").unwrap();
-    age(&files.join("sans-fiche.txt"), 200);
+    common::set_age(&files.join("sans-fiche.txt"), 200);
     std::fs::write(files.join(".meta/sans-fichier.txt.json"), b"{}").unwrap();
-    age(&files.join(".meta/sans-fichier.txt.json"), 200);
+    common::set_age(&files.join(".meta/sans-fichier.txt.json"), 200);
     std::fs::write(files.join("jeune.txt"), b"z").unwrap();
     // A request about something else entirely.
     assert_eq!(s.get("GET", "fichier=autre&token=x", &[]).status, 401);
@@ -299,9 +289,9 @@ fn an_htaccess_in_the_store_is_kept_and_never_uploaded() {
     let files = s.files();
     let deny = b"Require all denied\n";
     std::fs::write(files.join(".htaccess"), deny).unwrap();
-    age(&files.join(".htaccess"), 10_000);
+    common::set_age(&files.join(".htaccess"), 10_000);
     std::fs::write(files.join("sans-fiche.txt"), b"y").unwrap();
-    age(&files.join("sans-fiche.txt"), 10_000);
+    common::set_age(&files.join("sans-fiche.txt"), 10_000);
     assert_eq!(s.get("GET", "fichier=autre&token=x", &[]).status, 401);
     assert!(!files.join("sans-fiche.txt").exists(), "the sweep ran");
     assert_eq!(std::fs::read(files.join(".htaccess")).unwrap(), deny);
@@ -428,7 +418,7 @@ fn expired_removed_off_the_thread_and_names_gone_answered_without_the_lock() {
     let s = Server::start("duree_inactivite_secondes = 100\nbalayage_intervalle_min_ms = 3600000");
     assert_eq!(s.upload("vieux.txt", b"x").status, 200);
     assert_eq!(s.upload("vivant.txt", b"y").status, 200);
-    age(&s.files().join("vieux.txt"), 200);
+    common::set_age(&s.files().join("vieux.txt"), 200);
     assert_eq!(s.download("vieux.txt").status, 404);
     let t = Instant::now();
     while s.files().join("vieux.txt").exists() && t.elapsed() < Duration::from_secs(5) {

@@ -169,12 +169,6 @@ fn mtime(p: &Path) -> SystemTime {
     std::fs::metadata(p).unwrap().modified().unwrap()
 }
 
-fn set_mtime_ago(p: &Path, secs: u64) {
-    let f = std::fs::File::options().write(true).open(p).unwrap();
-    f.set_modified(SystemTime::now() - Duration::from_secs(secs))
-        .unwrap();
-}
-
 fn pseudo_random(len: usize, seed: u32) -> Vec<u8> {
     let mut x = seed.wrapping_mul(2654435761).max(1);
     (0..len)
@@ -503,7 +497,7 @@ async fn download_headers_head_and_ranges() {
         .json();
     let q = link_query(&v);
     let path = e.root.join("files/élève \"x\".txt");
-    set_mtime_ago(&path, 100);
+    common::set_age(&path, 100);
     let before = mtime(&path);
 
     let h = get(&e.app, "HEAD", &q, &[]).await;
@@ -528,7 +522,7 @@ async fn download_headers_head_and_ranges() {
     assert!(mtime(&path) > before, "GET sets the mtime");
     assert_eq!(h.header("ETag"), g.header("ETag"));
 
-    set_mtime_ago(&path, 100);
+    common::set_age(&path, 100);
     let before = mtime(&path);
     let r = get(&e.app, "GET", &q, &[("HTTP_RANGE", "bytes=2-4")]).await;
     assert_eq!(r.status, 206);
@@ -542,7 +536,7 @@ async fn download_headers_head_and_ranges() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body.len(), 10);
 
-    set_mtime_ago(&path, 100);
+    common::set_age(&path, 100);
     let before = mtime(&path);
     let r = get(&e.app, "GET", &q, &[("HTTP_RANGE", "bytes=10-")]).await;
     r.assert_error(416, "plage_invalide");
@@ -592,8 +586,8 @@ async fn expiry_by_inactivity_removes_file_and_sidecar_at_any_request() {
     let v = upload(&e.app, "a.txt", b"abc").await.json();
     upload(&e.app, "b.txt", b"abc").await;
     // Last downloaded (here: uploaded) 10 s ago, ten times the delay: both have expired.
-    set_mtime_ago(&e.root.join("files/a.txt"), 10);
-    set_mtime_ago(&e.root.join("files/b.txt"), 10);
+    common::set_age(&e.root.join("files/a.txt"), 10);
+    common::set_age(&e.root.join("files/b.txt"), 10);
     // A request about something else entirely sweeps both.
     get(&e.app, "GET", "fichier=zzz&token=bad", &[]).await;
     assert!(!e.root.join("files/a.txt").exists());
@@ -609,7 +603,7 @@ async fn expiry_by_inactivity_removes_file_and_sidecar_at_any_request() {
 async fn expired_file_is_never_served_even_between_sweeps() {
     let e = env("duree_inactivite_secondes = 100\nbalayage_intervalle_min_ms = 3600000");
     let v = upload(&e.app, "a.txt", b"abc").await.json();
-    set_mtime_ago(&e.root.join("files/a.txt"), 200);
+    common::set_age(&e.root.join("files/a.txt"), 200);
     // The full sweep is held off by the interval, but the file asked for is checked itself.
     get(&e.app, "GET", &link_query(&v), &[])
         .await
@@ -622,9 +616,9 @@ async fn expired_file_is_never_served_even_between_sweeps() {
 async fn download_resets_the_inactivity_clock() {
     let e = env("duree_inactivite_secondes = 100\nbalayage_intervalle_min_ms = 0");
     let v = upload(&e.app, "a.txt", b"abc").await.json();
-    set_mtime_ago(&e.root.join("files/a.txt"), 90);
+    common::set_age(&e.root.join("files/a.txt"), 90);
     assert_eq!(get(&e.app, "GET", &link_query(&v), &[]).await.status, 200);
-    set_mtime_ago(&e.root.join("files/.meta/a.txt.json"), 0);
+    common::set_age(&e.root.join("files/.meta/a.txt.json"), 0);
     let age = SystemTime::now()
         .duration_since(mtime(&e.root.join("files/a.txt")))
         .unwrap_or_default();
@@ -709,7 +703,7 @@ async fn x_sendfile_hands_whole_file_downloads_to_the_web_server() {
     let q = link_query(&up.json());
     let path = e.root.join("files/rapport.pdf");
 
-    set_mtime_ago(&path, 100);
+    common::set_age(&path, 100);
     let before = mtime(&path);
     let g = get(&e.app, "GET", &q, &[]).await;
     assert_eq!(g.status, 200);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use common::answer::Answer;
 use common::audit;
@@ -407,13 +407,7 @@ async fn legacy_tools_call() {
     let e = env("taille_max_base64_octets = 10");
     e.put("devis dupont.docx", b"0123456789");
     e.put("gros.bin", b"01234567890");
-    let old = SystemTime::now() - Duration::from_secs(120);
-    std::fs::File::options()
-        .write(true)
-        .open(e.file("devis dupont.docx"))
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    let old = common::set_age(&e.file("devis dupont.docx"), 120);
     let h = [("MCP-Protocol-Version", "2025-11-25")];
     let a = e
         .post(
@@ -598,13 +592,7 @@ async fn base64_budget_is_per_http_request() {
 async fn legacy_expired_file_is_missing() {
     let e = env("");
     e.put("vieux.txt", b"abc");
-    let old = SystemTime::now() - Duration::from_secs(3600);
-    std::fs::File::options()
-        .write(true)
-        .open(e.file("vieux.txt"))
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    common::set_age(&e.file("vieux.txt"), 3600);
     let a = e
         .post(
             &[],

@@ -378,13 +378,7 @@ fn sigkill_at_every_step_of_the_expiry_index() {
 
     // 2. A sweeper killed between a removal and its entry's: the next sweep drops the entry.
     assert_eq!(healthy.upload(&token, "e2", b"22").unwrap().status, 200);
-    let old = std::time::SystemTime::now() - Duration::from_secs(10);
-    std::fs::File::options()
-        .write(true)
-        .open(state.files().join("e2"))
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    common::set_age(&state.files().join("e2"), 10);
     // Only the victim sweeps meanwhile: the healthy process's sweeping thread stands still.
     healthy.signal("STOP");
     bring_index_forward(&state, 10);
@@ -722,13 +716,7 @@ fn lock_held_too_long_answers_503_then_recovers() {
     // they need the store lock (they read the store without it).
     let orphan = state.sidecar("orphelin");
     std::fs::write(&orphan, b"{}").unwrap();
-    let old = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
-    std::fs::File::options()
-        .write(true)
-        .open(&orphan)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    common::set_age(&orphan, 2 * 86_400);
 
     // `modern`: era 2026-07-28 (envelope `_meta` and routing headers); else 2025-06-18.
     let mcp = |modern: bool, name: &str| {

@@ -158,13 +158,7 @@ fn victim(root: &Path) -> (PathBuf, String) {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("ancien.txt");
     std::fs::write(&file, b"a garder").unwrap();
-    let old = SystemTime::now() - Duration::from_secs(3 * 3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&file)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    common::set_age(&file, 3 * 3600);
     let toml = TestConfig::new(root)
         .set("token_acces", "a".repeat(40))
         .set("dossier_fichiers", dir.display().to_string())

@@ -10,7 +10,6 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, SystemTime};
 
 use common::apache::{Apache, Mode};
 use common::{State, as_run_user, curl, local_file, upload};
@@ -47,17 +46,11 @@ fn foreign_folder(state: &State) -> std::path::PathBuf {
     fs::create_dir(&foreign).unwrap();
     let notes = foreign.join("notes.json");
     fs::write(&notes, b"{\"a\":1}").unwrap();
-    set_age(&notes, 7200);
+    common::set_age(&notes, 7200);
     give_to_store_owner(state, &notes);
     give_to_store_owner(state, &foreign);
     fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
     foreign
-}
-
-fn set_age(p: &Path, secs: u64) {
-    let f = fs::File::options().write(true).open(p).unwrap();
-    f.set_modified(SystemTime::now() - Duration::from_secs(secs))
-        .unwrap();
 }
 
 fn download_url(state: &State, name: &str) -> String {
@@ -172,7 +165,7 @@ fn a_meta_folder_swapped_for_a_symlink_after_start_redirects_nothing() {
     let old = s.files().join("vieux.bin");
     fs::write(&old, b"x").unwrap();
     give_to_store_owner(s, &old);
-    set_age(&old, 7200);
+    common::set_age(&old, 7200);
     for name in ["apres.txt", "avant.txt"] {
         let r = curl(&[&download_url(s, name)]);
         assert_eq!(r.status, 200, "{name}: {}", r.text());
@@ -199,7 +192,7 @@ fn lock_markers_and_log_swapped_for_symlinks_leave_the_foreign_file_alone() {
     fs::write(&victim, b"intact\n").unwrap();
     give_to_store_owner(s, &victim);
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
-    set_age(&victim, 7200);
+    common::set_age(&victim, 7200);
     let before = fs::metadata(&victim).unwrap().mtime();
 
     let tmp = s.files().join(".tmp");
@@ -280,8 +273,8 @@ fn a_mismatched_pair_answers_404_and_goes_only_once_older_than_the_age_limit() {
     );
 
     // Both halves older than duree_max_depot_secondes (3 s): an old orphan now.
-    set_age(&file, 10);
-    set_age(&sidecar, 10);
+    common::set_age(&file, 10);
+    common::set_age(&sidecar, 10);
     assert_eq!(curl(&[&download_url(s, "autre.txt")]).status, 404);
     assert!(
         !file.exists() && !sidecar.exists(),

@@ -31,7 +31,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// A JSON-RPC `tools/call` of `recuperer_fichier` with these arguments.
 pub fn tools_call(id: i64, arguments: serde_json::Value) -> serde_json::Value {
@@ -672,4 +672,17 @@ pub fn entries(dir: &Path) -> Vec<String> {
         .collect();
     v.sort();
     v
+}
+
+/// Sets the mtime of `path` to `secs` seconds ago (how the tests age a stored file, a sidecar,
+/// an orphan) and returns that time.
+pub fn set_age(path: &Path, secs: u64) -> SystemTime {
+    let when = SystemTime::now() - Duration::from_secs(secs);
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+    when
 }

@@ -105,10 +105,7 @@ impl App {
         if let Some(h) = self.housekeeper.get() {
             return h.remove(name).await;
         }
-        if let Err(e) = self.store.remove_expired(name) {
-            self.log
-                .error(&format!("suppression d'un fichier expiré impossible : {e}"));
-        }
+        crate::housekeeping::remove_expired(&self.store, name, &self.log);
     }
 }
 

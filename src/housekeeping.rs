@@ -164,6 +164,14 @@ fn run(shared: &Shared, store: &Store, log: &Log) {
     }
 }
 
+/// Removes the expired pair of `name` (judged again under the lock); a failure is only logged:
+/// the download that found the pair answers 404 whatever becomes of it.
+pub fn remove_expired(store: &Store, name: &Name, log: &Log) {
+    if let Err(e) = store.remove_expired(name) {
+        log.error(&format!("suppression d'un fichier expiré impossible : {e}"));
+    }
+}
+
 /// Removes the expired files downloads asked for, for at most [`REMOVAL_TIME`], then wakes those
 /// downloads (the ones still queued wait at most [`HANDOFF_WAIT`] in all).
 fn remove_asked(shared: &Shared, store: &Store, log: &Log) {
@@ -173,9 +181,7 @@ fn remove_asked(shared: &Shared, store: &Store, log: &Log) {
         let Some(name) = lock(&shared.state).removals.pop() else {
             break;
         };
-        if let Err(e) = store.remove_expired(&name) {
-            log.error(&format!("suppression d'un fichier expiré impossible : {e}"));
-        }
+        remove_expired(store, &name, log);
         done = true;
     }
     if done {

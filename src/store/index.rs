@@ -28,9 +28,9 @@
 //! The walk: pairs that no entry knows (a store written by a version without the index, restored
 //! from a backup, a file put there by hand, an entry lost with a power cut) are found by walking
 //! the root and `.meta` in batches of [`WALK_PER_SWEEP`] names or [`WALK_TIME`] (more on the
-//! housekeeping thread: [`WALK_TIME_OFF_THREAD`]), resuming from a directory
-//! position saved in `curseur`, and filing an entry for each at its exact deadline (the verdict
-//! of a lookup; an entry already there is left alone).
+//! housekeeping thread: [`WALK_PER_STEP_OFF_THREAD`], [`WALK_TIME_OFF_THREAD`]), resuming from a
+//! directory position saved in `curseur`, and filing an entry for each at its exact deadline (the
+//! verdict of a lookup; an entry already there is left alone).
 //! A store without `curseur` is walked at once (every request continues the walk until it is
 //! done: an upgrade is adopted while serving); afterwards the walk is a backstop that starts
 //! again every [`WALK_PERIOD_SECS`], one batch per sweep. A position that a filesystem does not
@@ -63,6 +63,8 @@ pub(super) const REMOVALS_PER_SWEEP: usize = 64;
 pub(super) const ENTRIES_PER_SWEEP: usize = 256;
 /// At most this many names of the store looked at by one step of the walk.
 pub(super) const WALK_PER_SWEEP: usize = 128;
+/// The same, on the housekeeping thread of a long-lived process (see [`WALK_TIME_OFF_THREAD`]).
+pub(super) const WALK_PER_STEP_OFF_THREAD: usize = 1024;
 /// A sweep of the index stops looking at entries once it has run this long (a removal costs
 /// ≈ 0.1 ms: the 64 removals of the specification fit well within it).
 pub(super) const SWEEP_TIME: Duration = Duration::from_millis(20);
@@ -71,9 +73,13 @@ pub(super) const SWEEP_TIME: Duration = Duration::from_millis(20);
 /// inode can cost milliseconds, and the first steps of an adoption create most of them.
 pub(super) const WALK_TIME: Duration = Duration::from_millis(5);
 /// The same, on the housekeeping thread of a long-lived process, which no request waits for: a
-/// step's fixed cost (the position read and written, the folder opened) is then spread over more
-/// names — on JuiceFS, where each of those is a round trip, 5 ms let one name through a step.
-pub(super) const WALK_TIME_OFF_THREAD: Duration = Duration::from_millis(100);
+/// step's fixed cost (the position read and written, the folder opened and its position found
+/// again) is then spread over more names. On JuiceFS, where a name costs ≈ 8 ms of round trips
+/// and the fixed cost 40 to 100 ms at 10⁵ names, 5 ms let one name through a step and 100 ms
+/// about twelve; 500 ms make the fixed cost a sixth of a step or less. What waits meanwhile:
+/// the other nodes' sweeps (they skip) and the removals asked by downloads, which those
+/// downloads no longer wait for after `HANDOFF_WAIT`.
+pub(super) const WALK_TIME_OFF_THREAD: Duration = Duration::from_millis(500);
 /// Once the store is adopted, the walk starts again this long after its last pass ended.
 pub(super) const WALK_PERIOD_SECS: i64 = 3600;
 
@@ -185,16 +191,28 @@ impl Store {
     }
 
     /// Runs `put` on the bucket of `second`, created if missing; again, a few times, when a
-    /// sweeper removed the bucket meanwhile (it removes the buckets it empties).
+    /// sweeper removed the bucket meanwhile (it removes the buckets it empties). Opened first,
+    /// created only when absent: a `mkdir` that finds the bucket there still takes the index
+    /// folder's inode lock for writing (ext4), and is one more round trip on JuiceFS.
     fn with_bucket(&self, second: i64, put: impl Fn(&OwnedFd) -> io::Result<()>) -> io::Result<()> {
         let bucket = bucket_name(second);
         let mut tries = 0;
         loop {
-            match rustix::fs::mkdirat(&self.index_fd, bucket.as_str(), Mode::from_raw_mode(0o700)) {
-                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                Err(e) => return Err(e.into()),
-            }
-            match open_bucket(&self.index_fd, &bucket).and_then(|dir| put(&dir)) {
+            let dir = match open_bucket(&self.index_fd, &bucket) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    match rustix::fs::mkdirat(
+                        &self.index_fd,
+                        bucket.as_str(),
+                        Mode::from_raw_mode(0o700),
+                    ) {
+                        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    open_bucket(&self.index_fd, &bucket)
+                }
+                opened => opened,
+            };
+            match dir.and_then(|dir| put(&dir)) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => tries += 1,
                 other => return other,
             }
@@ -333,7 +351,8 @@ impl Store {
         Ok(())
     }
 
-    /// One step of the walk (at most [`WALK_PER_SWEEP`] names). Says whether the store is still
+    /// One step of the walk (at most [`WALK_PER_SWEEP`] names, or [`WALK_PER_STEP_OFF_THREAD`]
+    /// on the housekeeping thread). Says whether the store is still
     /// being adopted (the next request should go on at once).
     pub(super) fn walk_step(&self, now: i64) -> io::Result<bool> {
         let mut walk = match self.walk_state() {
@@ -349,7 +368,7 @@ impl Store {
             // The marker of the full scans the index replaces (earlier versions).
             let _ = rustix::fs::unlinkat(&self.tmp_fd, "echeance", AtFlags::empty());
         }
-        let mut budget = WALK_PER_SWEEP;
+        let (mut budget, _) = self.walk_budget();
         // Started at the first name walked: opening a folder and finding the position again is
         // a fixed cost, which on JuiceFS grows with the folder (≈ 0.6 s a step at 10⁵ names) and
         // would otherwise leave one name a step, an adoption in O(N²).
@@ -414,7 +433,7 @@ impl Store {
         while let Some(entry) = entries.read() {
             let entry = entry?;
             // At least one name a step, however slow the filesystem.
-            let late = clock.is_some_and(|c: Instant| c.elapsed() > self.walk_time());
+            let late = clock.is_some_and(|c: Instant| c.elapsed() > self.walk_budget().1);
             if walked > 0 && (*budget == 0 || late) {
                 return Ok((position, false));
             }
@@ -452,12 +471,13 @@ impl Store {
 }
 
 impl Store {
-    /// How long a step of the walk may run in this process (see [`WALK_TIME_OFF_THREAD`]).
-    fn walk_time(&self) -> Duration {
+    /// How many names a step of the walk may look at in this process, and for how long (see
+    /// [`WALK_TIME_OFF_THREAD`]).
+    fn walk_budget(&self) -> (usize, Duration) {
         if self.off_thread {
-            WALK_TIME_OFF_THREAD
+            (WALK_PER_STEP_OFF_THREAD, WALK_TIME_OFF_THREAD)
         } else {
-            WALK_TIME
+            (WALK_PER_SWEEP, WALK_TIME)
         }
     }
 }

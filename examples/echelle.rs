@@ -13,7 +13,8 @@
 //!
 //! Measured while 4 clients download random names (one connection per request, as mod_fcgid's
 //! socket is used) and one uploads 10 a second: the time to adopt the store and the worst
-//! request meanwhile; then over `DEPOT_ECHELLE_SECONDES` (15): GET throughput, p99, max, the
+//! request meanwhile (waited for at most [`ADOPTION_WAIT`]; an adoption not over by then is
+//! printed `>3600`, and the rest is measured while it goes on); then over `DEPOT_ECHELLE_SECONDES` (15): GET throughput, p99, max, the
 //! share of the clients' time spent inside GETs slower than 10 ms, upload p99; VmHWM; then,
 //! with `taille_max_totale_octets` set (a new process), the first upload (the total counted
 //! once) and the upload p99; last, the files left more than 2 minutes past their deadline.
@@ -35,6 +36,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 const IDLE: i64 = 3600;
 const MAX_AGE: i64 = 7200;
+/// The longest adoption waited for (10⁵ files on JuiceFS take minutes).
+const ADOPTION_WAIT: Duration = Duration::from_secs(3600);
 
 fn now() -> i64 {
     SystemTime::now()
@@ -353,13 +356,15 @@ fn case(bin: &Path, dirs: &[PathBuf], n: usize, churn: bool, seconds: u64) {
     let samples = Mutex::new(Samples::default());
     let started = Instant::now();
     let mut adoption = Duration::ZERO;
+    let mut over = false;
     let mut window = (started, started);
     std::thread::scope(|s| {
         s.spawn(|| load(&socks, n, &stop, &samples));
-        while !adopted(files) && started.elapsed() < Duration::from_secs(600) {
+        while !adopted(files) && started.elapsed() < ADOPTION_WAIT {
             std::thread::sleep(Duration::from_millis(20));
         }
         adoption = started.elapsed();
+        over = adopted(files);
         let from = Instant::now();
         std::thread::sleep(Duration::from_secs(seconds));
         window = (from, Instant::now());
@@ -418,10 +423,14 @@ fn case(bin: &Path, dirs: &[PathBuf], n: usize, churn: bool, seconds: u64) {
     let late = left_late(files);
     let _ = std::fs::remove_dir_all(&local);
     println!(
-        "{n}\t{}\t{:.1}\t{:.2}\t{}\t{:.2}\t{:.0}\t{:.2}\t{:.1}\t{:.2}\t{:.2}\t{:.3}\t{:.1}\t{}\t{}",
+        "{n}\t{}\t{:.1}\t{}\t{}\t{:.2}\t{:.0}\t{:.2}\t{:.1}\t{:.2}\t{:.2}\t{:.3}\t{:.1}\t{}\t{}",
         regime(churn),
         written.as_secs_f64(),
-        adoption.as_secs_f64(),
+        if over {
+            format!("{:.2}", adoption.as_secs_f64())
+        } else {
+            format!(">{}", ADOPTION_WAIT.as_secs())
+        },
         adopting.len(),
         ms(adopting.last().copied().unwrap_or_default()),
         gets.len() as f64 / wall,

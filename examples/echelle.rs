@@ -14,8 +14,9 @@
 //! Measured while 4 clients download random names (one connection per request, as mod_fcgid's
 //! socket is used) and one uploads 10 a second: the time to adopt the store and the worst
 //! request meanwhile (waited for at most [`ADOPTION_WAIT`]; an adoption not over by then is
-//! printed `>3600`, and the rest is measured while it goes on); then over `DEPOT_ECHELLE_SECONDES` (15): GET throughput, p99, max, the
-//! share of the clients' time spent inside GETs slower than 10 ms, upload p99; VmHWM; then,
+//! printed `>3600`, and the rest is measured while it goes on); then over
+//! `DEPOT_ECHELLE_SECONDES` (15): GET throughput, p99, max, the share of the clients' time spent
+//! inside GETs slower than 10 ms, upload p99; VmHWM; then,
 //! with `taille_max_totale_octets` set (a new process), the first upload (the total counted
 //! once) and the upload p99; last, the files left more than 2 minutes past their deadline.
 //!

@@ -200,14 +200,7 @@ impl Store {
         loop {
             let dir = match open_bucket(&self.index_fd, &bucket) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    match rustix::fs::mkdirat(
-                        &self.index_fd,
-                        bucket.as_str(),
-                        Mode::from_raw_mode(0o700),
-                    ) {
-                        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                        Err(e) => return Err(e.into()),
-                    }
+                    create_bucket(&self.index_fd, &bucket)?;
                     open_bucket(&self.index_fd, &bucket)
                 }
                 opened => opened,
@@ -368,18 +361,14 @@ impl Store {
             // The marker of the full scans the index replaces (earlier versions).
             let _ = rustix::fs::unlinkat(&self.tmp_fd, "echeance", AtFlags::empty());
         }
-        let (mut budget, _) = self.walk_budget();
-        // Started at the first name walked: opening a folder and finding the position again is
-        // a fixed cost, which on JuiceFS grows with the folder (≈ 0.6 s a step at 10⁵ names) and
-        // would otherwise leave one name a step, an adoption in O(N²).
-        let mut clock = None;
+        let mut budget = self.walk_budget();
         while let Walk::Walking {
             adopting,
             folder,
             at,
         } = walk
         {
-            let (reached, ended) = self.walk_folder(folder, at, &mut budget, &mut clock, now)?;
+            let (reached, ended) = self.walk_folder(folder, at, &mut budget, now)?;
             walk = match (ended, folder) {
                 (false, _) => Walk::Walking {
                     adopting,
@@ -402,15 +391,14 @@ impl Store {
         Ok(matches!(walk, Walk::Walking { adopting: true, .. }))
     }
 
-    /// Walks `folder` from the position `at` until `budget` names are used up or the folder
+    /// Walks `folder` from the position `at` until the step's `budget` is used up or the folder
     /// ends, filing an entry for each pair at its exact deadline (`Store::observe`: the pair
     /// removable now is filed as due). Says the position reached and whether the folder ended.
     fn walk_folder(
         &self,
         folder: Folder,
         at: i64,
-        budget: &mut usize,
-        clock: &mut Option<Instant>,
+        budget: &mut StepBudget,
         now: i64,
     ) -> io::Result<(i64, bool)> {
         let dir = match folder {
@@ -433,8 +421,7 @@ impl Store {
         while let Some(entry) = entries.read() {
             let entry = entry?;
             // At least one name a step, however slow the filesystem.
-            let late = clock.is_some_and(|c: Instant| c.elapsed() > self.walk_budget().1);
-            if walked > 0 && (*budget == 0 || late) {
+            if walked > 0 && budget.used_up() {
                 return Ok((position, false));
             }
             done += 1;
@@ -447,8 +434,7 @@ impl Store {
                 continue;
             }
             walked += 1;
-            clock.get_or_insert_with(Instant::now);
-            *budget = budget.saturating_sub(1);
+            budget.take();
             let name = match folder {
                 Folder::Root if raw == META.as_bytes() || raw == TMP.as_bytes() => continue,
                 Folder::Root => Name::parse(raw).ok(),
@@ -471,14 +457,49 @@ impl Store {
 }
 
 impl Store {
-    /// How many names a step of the walk may look at in this process, and for how long (see
-    /// [`WALK_TIME_OFF_THREAD`]).
-    fn walk_budget(&self) -> (usize, Duration) {
-        if self.off_thread {
+    /// What a step of the walk may do in this process (see [`WALK_TIME_OFF_THREAD`]).
+    fn walk_budget(&self) -> StepBudget {
+        let (names, time) = if self.off_thread {
             (WALK_PER_STEP_OFF_THREAD, WALK_TIME_OFF_THREAD)
         } else {
             (WALK_PER_SWEEP, WALK_TIME)
+        };
+        StepBudget {
+            names,
+            time,
+            clock: None,
         }
+    }
+}
+
+/// What is left of a step of the walk: names, and time counted from the first name walked.
+/// Opening a folder and finding the position again is a fixed cost, which on JuiceFS grows with
+/// the folder (≈ 0.6 s a step at 10⁵ names) and would otherwise leave one name a step, an
+/// adoption in O(N²).
+struct StepBudget {
+    names: usize,
+    time: Duration,
+    clock: Option<Instant>,
+}
+
+impl StepBudget {
+    /// Counts one name walked (the first starts the clock).
+    fn take(&mut self) {
+        self.clock.get_or_insert_with(Instant::now);
+        self.names = self.names.saturating_sub(1);
+    }
+
+    /// Whether the step must stop here.
+    fn used_up(&self) -> bool {
+        self.names == 0 || self.clock.is_some_and(|c| c.elapsed() > self.time)
+    }
+}
+
+/// Creates a bucket of the index; one already there (made by a concurrent writer) will do.
+fn create_bucket(index: &OwnedFd, bucket: &str) -> io::Result<()> {
+    match rustix::fs::mkdirat(index, bucket, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

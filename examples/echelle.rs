@@ -22,7 +22,8 @@
 //!
 //! For profiling: `DEPOT_ECHELLE_REGIMES` (`calme`, `renouvellement`, or both separated by a
 //! comma) runs only those; `DEPOT_ECHELLE_DETAIL` prints every GET and upload over 20 ms with
-//! its start; `DEPOT_ECHELLE_REUTILISER` keeps the store and adopts it again on the next run.
+//! its start, and the kernel's writebacks (the dirty memory of /proc/meminfo falling by 64 MiB or
+//! more within a second); `DEPOT_ECHELLE_REUTILISER` keeps the store and adopts it again on the next run.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -242,6 +243,45 @@ fn vm_hwm_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// A line of /proc/meminfo, in KiB.
+fn meminfo_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn detail() -> bool {
+    std::env::var_os("DEPOT_ECHELLE_DETAIL").is_some()
+}
+
+/// The kernel's writebacks seen in `dirty` (the samples of [`Samples::dirty`]): every second
+/// over which the dirty memory fell by 64 MiB or more, with the peak before it.
+fn writebacks(dirty: &[(Instant, u64)], started: Instant) {
+    let mut peak = 0;
+    let mut i = 0;
+    while i + 10 < dirty.len() {
+        peak = peak.max(dirty[i].1);
+        let (t, before) = dirty[i];
+        let after = dirty[i + 10].1;
+        if before >= after + 64 * 1024 {
+            let s = (t - started).as_secs_f64();
+            eprintln!(
+                "écriture différée : +{s:.1} s, Dirty {} → {} Mio (sommet {} Mio)",
+                before / 1024,
+                after / 1024,
+                peak / 1024
+            );
+            peak = 0;
+            i += 10;
+        } else {
+            i += 1;
+        }
+    }
+}
+
 fn adopted(files: &Path) -> bool {
     std::fs::read_to_string(files.join(".tmp/index/curseur")).is_ok_and(|c| c.starts_with("fait "))
 }
@@ -261,6 +301,8 @@ fn ms(d: Duration) -> f64 {
 struct Samples {
     gets: Vec<(Instant, Duration)>,
     uploads: Vec<(Instant, Duration)>,
+    /// `Dirty:` of /proc/meminfo (KiB) every 100 ms, with `DEPOT_ECHELLE_DETAIL` only.
+    dirty: Vec<(Instant, u64)>,
 }
 
 /// 4 downloaders and one uploader (10 a second) until `stop`, spread over the nodes' sockets.
@@ -281,6 +323,16 @@ fn load(socks: &[PathBuf], n: usize, stop: &AtomicBool, samples: &Mutex<Samples>
                     }
                 }
                 samples.lock().unwrap().gets.extend(mine);
+            });
+        }
+        if detail() {
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    mine.push((Instant::now(), meminfo_kib("Dirty:")));
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                samples.lock().unwrap().dirty.extend(mine);
             });
         }
         let uploads = std::env::var_os("DEPOT_ECHELLE_SANS_DEPOTS").is_none();
@@ -387,7 +439,8 @@ fn case(bin: &Path, dirs: &[PathBuf], n: usize, churn: bool, seconds: u64) {
         d
     };
     let adopting = during(&samples.gets, started, started + adoption);
-    if std::env::var_os("DEPOT_ECHELLE_DETAIL").is_some() {
+    if detail() {
+        writebacks(&samples.dirty, started);
         for (what, list) in [("GET", &samples.gets), ("dépôt", &samples.uploads)] {
             for (t, d) in list.iter().filter(|(_, d)| *d > Duration::from_millis(20)) {
                 let after = (*t - started).as_secs_f64();

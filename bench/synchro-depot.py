@@ -10,11 +10,11 @@ deux renommages (fiche dans .meta/, fichier à sa place, 32 noms qui tournent co
 puis `fsync` du dossier du fichier et de celui de la fiche. Trois suites, deux fois chacune :
   - « actuelle » : celle du programme, ci-dessus ;
   - « fichier d'abord » : le fichier synchronisé avant que la fiche soit écrite, puis la fiche
-    (l'ordre d'avant : deux validations du journal attendues l'une après l'autre) ;
+    (l'ordre d'avant : l'écriture de la fiche ne part qu'à son propre `fsync`) ;
   - « sans fsync » : la conception PHP (ni synchronisation ni sync_file_range).
 Affiche la durée moyenne de chaque synchronisation et de la publication entière (µs), une
-publication après l'autre. Des chiffres de latence, pas de débit : sous 8 dépôts simultanés, le
-journal ext4 (jbd2) regroupe les validations de plusieurs processus.
+publication après l'autre. Des chiffres de latence, pas de débit : sous 8 dépôts simultanés, un
+ext4 avec journal (jbd2) regroupe en plus les validations de plusieurs processus.
 """
 import ctypes
 import os

@@ -23,7 +23,8 @@
 //! For profiling: `DEPOT_ECHELLE_REGIMES` (`calme`, `renouvellement`, or both separated by a
 //! comma) runs only those; `DEPOT_ECHELLE_DETAIL` prints every GET and upload over 20 ms with
 //! its start, and the kernel's writebacks (the dirty memory of /proc/meminfo falling by 64 MiB or
-//! more within a second); `DEPOT_ECHELLE_REUTILISER` keeps the store and adopts it again on the next run.
+//! more within a second); `DEPOT_ECHELLE_REUTILISER` keeps the store and adopts it again on the
+//! next run.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -235,17 +236,12 @@ fn start_nodes(
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    proc_kib(&format!("/proc/{pid}/status"), "VmHWM:")
 }
 
-/// A line of /proc/meminfo, in KiB.
-fn meminfo_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
+/// The value of the line `key` of a /proc file such as /proc/meminfo (`Dirty:   1234 kB`), in KiB.
+fn proc_kib(path: &str, key: &str) -> u64 {
+    std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix(key))
@@ -329,7 +325,7 @@ fn load(socks: &[PathBuf], n: usize, stop: &AtomicBool, samples: &Mutex<Samples>
             s.spawn(move || {
                 let mut mine = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    mine.push((Instant::now(), meminfo_kib("Dirty:")));
+                    mine.push((Instant::now(), proc_kib("/proc/meminfo", "Dirty:")));
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 samples.lock().unwrap().dirty.extend(mine);

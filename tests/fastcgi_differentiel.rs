@@ -4,7 +4,9 @@
 //! (mod_fcgid: the first read answered in place when it holds a whole request without a body)
 //! and on `--listen unix:` (the connection loop only). Every way gives the same answer: the same
 //! records (STDOUT and STDERR streams joined, END_REQUEST statuses, management answers) and the
-//! same end of the connection.
+//! same end of the connection. Also on a connection the client keeps open (`FCGI_KEEP_CONN`, read
+//! each answer before sending the next request): every request of it is answered, whatever the
+//! path the first one took.
 
 mod common;
 
@@ -83,13 +85,10 @@ enum Feed {
     PauseBeforeLast,
 }
 
-/// What came back, decoded: one line per record (streams joined per request id), and how the
-/// connection ended.
-fn exchange(socket: &Path, records: &[Vec<u8>], feed: Feed) -> Vec<String> {
-    let mut s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+/// Writes `records` as `feed` says.
+fn send(s: &mut UnixStream, records: &[Vec<u8>], feed: Feed) -> std::io::Result<()> {
     let all: Vec<u8> = records.concat();
-    let written = match feed {
+    match feed {
         Feed::Whole => s.write_all(&all),
         Feed::BytePerWrite => all.iter().try_for_each(|b| s.write_all(&[*b])),
         Feed::PauseBeforeLast => {
@@ -99,27 +98,102 @@ fn exchange(socket: &Path, records: &[Vec<u8>], feed: Feed) -> Vec<String> {
                 s.write_all(&last.concat())
             })
         }
-    };
-    // A server that closed early (a refusal) may make the rest of the writes fail.
-    let _ = written;
-    let _ = s.shutdown(std::net::Shutdown::Write);
-    let mut out = Vec::new();
+    }
+}
+
+/// Reads until the server closes the connection; says how it ended.
+fn read_until_closed(s: &mut UnixStream, out: &mut Vec<u8>) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut b = [0u8; 65536];
-    let end = loop {
+    loop {
         match s.read(&mut b) {
-            Ok(0) => break "fermée".to_string(),
+            Ok(0) => return "fermée".to_string(),
             Ok(n) => out.extend_from_slice(&b[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                break "fermée".to_string();
+                return "fermée".to_string();
             }
-            Err(e) => break format!("erreur {:?}", e.kind()),
+            Err(e) => return format!("erreur {:?}", e.kind()),
         }
         assert!(Instant::now() < deadline, "the server never closed");
-    };
+    }
+}
+
+/// What came back, decoded: one line per record (streams joined per request id), and how the
+/// connection ended.
+fn exchange(socket: &Path, records: &[Vec<u8>], feed: Feed) -> Vec<String> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // A server that closed early (a refusal) may make the rest of the writes fail.
+    let _ = send(&mut s, records, feed);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let end = read_until_closed(&mut s, &mut out);
+    decode(&out, end)
+}
+
+/// Like [`exchange`], on a connection the client keeps open between requests, as a web server
+/// with kept connections does (nginx `fastcgi_keep_conn on`): each step's records are sent, then
+/// its answer is read up to the END_REQUEST of `id`, before the next step is sent. After the last
+/// step the client closes its sending side only if that request kept the connection
+/// (`FCGI_KEEP_CONN`); otherwise the server must close it by itself.
+fn conversation(socket: &Path, steps: &[Step], feed: Feed) -> Vec<String> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    for step in steps {
+        if send(&mut s, &step.records, feed).is_err() {
+            break;
+        }
+        if let Err(end) = read_until_end_request(&mut s, step.id, &mut out) {
+            return decode(&out, end);
+        }
+    }
+    if steps.last().is_some_and(|step| step.keeps_conn) {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    let end = read_until_closed(&mut s, &mut out);
+    decode(&out, end)
+}
+
+/// One request of a [`conversation`].
+struct Step {
+    records: Vec<Vec<u8>>,
+    /// The request id whose END_REQUEST ends the step.
+    id: u16,
+    /// The request's BEGIN_REQUEST has `FCGI_KEEP_CONN`.
+    keeps_conn: bool,
+}
+
+/// Reads whole records into `out` up to the END_REQUEST of `id`; how the connection ended if it
+/// did first.
+fn read_until_end_request(s: &mut UnixStream, id: u16, out: &mut Vec<u8>) -> Result<(), String> {
+    loop {
+        let mut head = [0u8; 8];
+        if let Err(e) = s.read_exact(&mut head) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                    "fermée".to_string()
+                }
+                kind => format!("erreur {kind:?}"),
+            });
+        }
+        let len = u16::from_be_bytes([head[4], head[5]]) as usize + head[6] as usize;
+        let mut content = vec![0u8; len];
+        s.read_exact(&mut content)
+            .map_err(|e| format!("erreur {:?}", e.kind()))?;
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&content);
+        if head[1] == fcgi::END_REQUEST && u16::from_be_bytes([head[2], head[3]]) == id {
+            return Ok(());
+        }
+    }
+}
+
+/// One line per record of `out` (streams joined per request id), then `end`.
+fn decode(out: &[u8], end: String) -> Vec<String> {
     let mut lines = Vec::new();
     let mut streams: Vec<(u8, u16, Vec<u8>)> = Vec::new();
-    let mut rest = &out[..];
+    let mut rest = out;
     while rest.len() >= 8 {
         let (kind, id) = (rest[1], u16::from_be_bytes([rest[2], rest[3]]));
         let len = u16::from_be_bytes([rest[4], rest[5]]) as usize;
@@ -423,4 +497,101 @@ fn every_path_through_the_transport_gives_the_same_answer() {
         reference_count += 1;
     }
     assert!(reference_count >= 20, "{reference_count} sequences");
+}
+
+/// Conversations on a kept connection (`FCGI_KEEP_CONN`), the client never closing its side
+/// before the last answer: a request answered in place on fd 0 (the first read holds it whole,
+/// without a body) leaves the connection open for the next one, as the connection loop does.
+fn kept_conversations() -> Vec<(&'static str, Vec<Step>)> {
+    let wk = "/.well-known/oauth-protected-resource";
+    let get = |id: u16, flags: u8| Step {
+        records: {
+            let mut v = vec![begin(id, fcgi::ROLE_RESPONDER, flags)];
+            v.extend(params(id, "GET", wk, "", &[]));
+            v.push(stdin_end(id));
+            v
+        },
+        id,
+        keeps_conn: flags & fcgi::KEEP_CONN != 0,
+    };
+    let upload = |id: u16, flags: u8| Step {
+        records: {
+            let mut v = vec![begin(id, fcgi::ROLE_RESPONDER, flags)];
+            v.extend(params(
+                id,
+                "POST",
+                "/upload.php",
+                "",
+                &[
+                    ("CONTENT_TYPE", "multipart/form-data; boundary=b"),
+                    (
+                        "HTTP_AUTHORIZATION",
+                        "Bearer mauvais-token-mauvais-token-00",
+                    ),
+                ],
+            ));
+            v.push(rec(fcgi::STDIN, id, b"--b--\r\n"));
+            v.push(stdin_end(id));
+            v
+        },
+        id,
+        keeps_conn: flags & fcgi::KEEP_CONN != 0,
+    };
+    let check = |id: u16, flags: u8| Step {
+        records: {
+            let mut v = vec![begin(id, fcgi::ROLE_AUTHORIZER, flags)];
+            v.extend(params(id, "POST", "/upload.php", "", &[]));
+            v
+        },
+        id,
+        keeps_conn: flags & fcgi::KEEP_CONN != 0,
+    };
+    let keep = fcgi::KEEP_CONN;
+    vec![
+        (
+            "GET gardé, puis GET qui ferme",
+            vec![get(1, keep), get(1, 0)],
+        ),
+        (
+            "trois GET gardés, identifiants 1, 2, 3",
+            vec![get(1, keep), get(2, keep), get(3, keep)],
+        ),
+        (
+            "GET gardé, puis dépôt avec corps gardé",
+            vec![get(1, keep), upload(1, keep)],
+        ),
+        (
+            "AUTHORIZER gardé, puis GET qui ferme",
+            vec![check(1, keep), get(1, 0)],
+        ),
+    ]
+}
+
+#[test]
+fn a_kept_connection_left_open_gets_every_answer_on_every_path() {
+    // `--listen` first: its answers are the reference.
+    let servers = [
+        ("--listen", Server::listen()),
+        ("fd 0", Server::inherited()),
+    ];
+    for (name, steps) in kept_conversations() {
+        let mut reference: Option<(String, Vec<String>)> = None;
+        for (transport, server) in &servers {
+            for feed in [Feed::Whole, Feed::BytePerWrite, Feed::PauseBeforeLast] {
+                let got = conversation(&server.socket, &steps, feed);
+                let way = format!("{transport}, {feed:?}");
+                match &reference {
+                    None => reference = Some((way, got)),
+                    Some((first, want)) => {
+                        assert_eq!(&got, want, "« {name} »: {way} differs from {first}")
+                    }
+                }
+            }
+        }
+        // Every request was answered: one END_REQUEST per step, then the connection's end.
+        let (_, answer) = reference.unwrap();
+        let ends = answer.iter().filter(|l| l.starts_with("type 3 ")).count();
+        assert_eq!(ends, steps.len(), "« {name} »: {answer:#?}");
+        assert_eq!(answer.last().map(String::as_str), Some("fermée"), "{name}");
+    }
 }

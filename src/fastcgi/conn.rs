@@ -24,9 +24,10 @@
 //! A request that is complete without a body (GET, HEAD, an authorizer's question) is answered
 //! in place: the handler runs at once and a small answer goes out, with the end of the request,
 //! in one write ([`answer_in_place`]). Under mod_fcgid, [`serve_unregistered`] feeds the first
-//! read of a connection to a machine and, when it holds exactly one such request and nothing
-//! else, answers it before the connection is ever registered with the event loop; anything else
-//! goes on in the connection loop from where it stopped.
+//! read of a connection to a machine and, when it holds exactly one such request, without
+//! `FCGI_KEEP_CONN` (the connection ends with it), and nothing else, answers it before the
+//! connection is ever registered with the event loop; anything else goes on in the connection
+//! loop from where it stopped.
 //!
 //! A peer that closes its sending side once its request is complete (`shutdown(SHUT_WR)`) still
 //! gets the answer; one that goes away before (in the PARAMS or the body) gets none, and its
@@ -1006,9 +1007,9 @@ fn is_shutting_down(rx: &Option<watch::Receiver<bool>>) -> bool {
 /// a body — BEGIN_REQUEST without `FCGI_KEEP_CONN`, the PARAMS, the empty STDIN (or none, for an
 /// authorizer) — and nothing else, the request is answered in place ([`answer_in_place`]) by a
 /// non-blocking write and the connection is closed, without the event loop ever watching it.
-/// Anything else (a body, a partial request, other records, a large answer, a full socket buffer)
-/// goes on in the connection loop from where this left off, with the same records, deadlines and
-/// shutdown.
+/// Anything else (a body, a partial request, `FCGI_KEEP_CONN`, other records, a large answer, a
+/// full socket buffer) goes on in the connection loop from where this left off, with the same
+/// records, deadlines and shutdown: a kept connection stays open for its next request.
 pub async fn serve_unregistered(
     stream: std::os::unix::net::UnixStream,
     handler: &Handler,
@@ -1052,11 +1053,13 @@ pub async fn serve_unregistered(
         }
     };
     let in_place = match first {
+        // The connection ends with this request (no `FCGI_KEEP_CONN`): once it is answered,
+        // closing is all that is left. A kept one waits for the next request in the loop.
         Some(Input::Start {
             role,
             params,
             body: BodyKind::Empty,
-        }) if used == received.len() && out.is_empty() => {
+        }) if used == received.len() && out.is_empty() && !machine.keeps_conn() => {
             answer_in_place(handler, role, params, &mut machine, out).await
         }
         first => {

@@ -363,6 +363,16 @@ impl Machine {
         self.end_of(req);
     }
 
+    /// The request in progress keeps the connection open after its end (`FCGI_KEEP_CONN`).
+    pub fn keeps_conn(&self) -> bool {
+        match &self.state {
+            State::Params { req, .. } | State::Body { req } | State::Answering { req } => {
+                req.keep_conn
+            }
+            State::Idle | State::Closed => false,
+        }
+    }
+
     /// The request id of the request in progress (to frame its STDOUT records).
     pub fn request_id(&self) -> Option<u16> {
         match &self.state {

@@ -4,9 +4,11 @@
 //! out how it was started, and serves:
 //! - **FastCGI on fd 0** (mod_fcgid, spawn-fcgi): fd 0 is a listening socket (`SO_ACCEPTCONN`;
 //!   php-cgi and libfcgi look at `getpeername` failing with `ENOTCONN`, which this implies), Unix
-//!   or TCP by `getsockname`;
-//!   connections are served one at a time (mod_fcgid sends one request per process anyway), a
-//!   Unix one first without the event loop watching it ([`conn::serve_unregistered`]);
+//!   or TCP by `getsockname`. mod_fcgid's socket ([`is_mod_fcgid_socket`]) is served one
+//!   connection at a time (mod_fcgid sends one request per process, and connects only to an idle
+//!   one), each first without the event loop watching it ([`conn::serve_unregistered`]); any
+//!   other (spawn-fcgi's, Unix or TCP) like `--listen`'s, many connections at once, so that a
+//!   silent connection never keeps the others waiting;
 //! - **FastCGI on `--listen tcp:HOST:PORT` or `unix:/path`**: we bind ourselves and serve many
 //!   connections at once;
 //! - **CGI** (mod_cgid, mod_cgi): `GATEWAY_INTERFACE` is set and fd 0 is not a listening socket
@@ -48,7 +50,8 @@ pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>
 
 /// How long a request in flight may still run after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
-/// Connections served at once with `--listen` (also the GET_VALUES answer).
+/// Connections served at once with `--listen` or on a socket inherited from anything but
+/// mod_fcgid (also the GET_VALUES answer).
 pub const LISTEN_MAX_CONNS: u32 = 256;
 
 /// Why [`run`] could not serve.
@@ -162,6 +165,8 @@ enum Mode {
 }
 
 enum InheritedSocket {
+    /// mod_fcgid's ([`is_mod_fcgid_socket`]).
+    Fcgid(std::os::unix::net::UnixListener),
     Unix(std::os::unix::net::UnixListener),
     Tcp(std::net::TcpListener),
 }
@@ -186,11 +191,11 @@ pub fn run(listen: Option<&str>, handler: Handler) -> Result<(), RunError> {
         // Install the handlers before the socket can be reached: a SIGTERM must never kill us.
         let stop = stop_signal()?;
         let (listener, max_conns, unix_path) = match mode {
-            Mode::Inherited(InheritedSocket::Unix(l)) => {
+            Mode::Inherited(InheritedSocket::Fcgid(l)) => {
                 serve_inherited_unix(l, handler, stop).await?;
                 return Ok(());
             }
-            Mode::Inherited(s) => (adopt(s)?, 1, None),
+            Mode::Inherited(s) => (adopt(s)?, LISTEN_MAX_CONNS, None),
             Mode::Listen(addr) => {
                 let (l, p) = bind(&addr).await?;
                 (l, LISTEN_MAX_CONNS, p)
@@ -241,7 +246,7 @@ fn stdin_is_listening_socket() -> bool {
 }
 
 /// Takes fd 0 as the listening socket the web server gave us (mod_fcgid, spawn-fcgi), Unix or
-/// TCP by `getsockname`.
+/// TCP by `getsockname`, mod_fcgid's or not by its name.
 fn adopt_stdin() -> Result<Mode, RunError> {
     use rustix::io::Errno;
     use rustix::net::{AddressFamily, getsockname};
@@ -256,7 +261,12 @@ fn adopt_stdin() -> Result<Mode, RunError> {
     // Work on a duplicate: fd 0 itself stays open, so no later file can be given number 0.
     let owned: OwnedFd = rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(stdin_err)?;
     if family == AddressFamily::UNIX {
-        Ok(Mode::Inherited(InheritedSocket::Unix(owned.into())))
+        let listener = std::os::unix::net::UnixListener::from(owned);
+        Ok(Mode::Inherited(if is_mod_fcgid_socket(&listener) {
+            InheritedSocket::Fcgid(listener)
+        } else {
+            InheritedSocket::Unix(listener)
+        }))
     } else if family == AddressFamily::INET || family == AddressFamily::INET6 {
         Ok(Mode::Inherited(InheritedSocket::Tcp(owned.into())))
     } else {
@@ -264,10 +274,33 @@ fn adopt_stdin() -> Result<Mode, RunError> {
     }
 }
 
+/// Whether the listening Unix socket inherited on fd 0 is mod_fcgid's. Its process manager binds
+/// the socket of each program it starts at `<FcgidIPCDir>/<its own pid>.<counter>`, then forks
+/// the program (mod_fcgid's `proc_spawn_process`; suexec execs in place): the name starts with
+/// our parent's pid. spawn-fcgi and the like use the name the administrator gives. A wrapper
+/// that forks (a shell script without `exec`) hides mod_fcgid: its socket is then served like
+/// `--listen`'s, which is correct, only not the cheapest.
+fn is_mod_fcgid_socket(listener: &std::os::unix::net::UnixListener) -> bool {
+    let name = listener.local_addr().ok().and_then(|a| {
+        a.as_pathname()
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .map(str::to_owned)
+    });
+    name.is_some_and(|n| is_fcgid_socket_name(&n, std::os::unix::process::parent_id()))
+}
+
+/// `name` is `<parent>.<digits>`: see [`is_mod_fcgid_socket`].
+fn is_fcgid_socket_name(name: &str, parent: u32) -> bool {
+    name.split_once('.').is_some_and(|(pid, n)| {
+        pid == parent.to_string() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 /// Registers an inherited listening socket with the runtime.
 fn adopt(s: InheritedSocket) -> Result<Listener, RunError> {
     let res = match s {
-        InheritedSocket::Unix(l) => l
+        InheritedSocket::Fcgid(l) | InheritedSocket::Unix(l) => l
             .set_nonblocking(true)
             .and_then(|()| UnixListener::from_std(l))
             .map(Listener::Unix),
@@ -364,7 +397,7 @@ pub async fn serve_listener(
     tasks.shutdown().await;
 }
 
-/// Serves the listening Unix socket inherited on fd 0 (mod_fcgid) until `stop` resolves: one
+/// Serves mod_fcgid's listening Unix socket inherited on fd 0 until `stop` resolves: one
 /// connection at a time, each first tried without the event loop watching it
 /// ([`conn::serve_unregistered`]), then lets the connection in flight finish for up to
 /// [`SHUTDOWN_GRACE`]. Same behaviour as [`serve_listener`] with one connection at a time, at a
@@ -514,4 +547,28 @@ fn say_closed(e: &ConnError) {
 /// A handler panicked: its connection ended, not the process.
 fn say_panicked() {
     eprintln!("depot-fichiers : fastcgi : une connexion s'est terminée sur une panique");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_fcgid_socket_name;
+
+    #[test]
+    fn mod_fcgid_socket_names_carry_the_parents_pid() {
+        assert!(is_fcgid_socket_name("13710.0", 13710));
+        assert!(is_fcgid_socket_name("13710.42", 13710));
+        for other in [
+            "13711.0",
+            "13710.",
+            "13710",
+            "13710.x",
+            "13710.0.sock",
+            "013710.0",
+            "fcgi.sock",
+            "depot-fichiers.sock",
+            "",
+        ] {
+            assert!(!is_fcgid_socket_name(other, 13710), "{other}");
+        }
+    }
 }

@@ -39,11 +39,11 @@ impl Server {
         config
     }
 
-    /// mod_fcgid's way: a listening Unix socket on fd 0.
+    /// mod_fcgid's way: a listening Unix socket on fd 0, named as mod_fcgid names it.
     fn inherited() -> Server {
         let dir = tempfile::tempdir().unwrap();
         let config = Server::config(dir.path());
-        let socket = dir.path().join("fd0.sock");
+        let socket = fcgi::fcgid_socket_path(dir.path());
         let listener = UnixListener::bind(&socket).unwrap();
         let out = dir.path().join("stderr.log");
         let mut cmd = Command::new(common::binary());

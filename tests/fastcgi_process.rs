@@ -1,5 +1,5 @@
 //! `fastcgi::run` in a real process (`examples/echo_fcgi.rs`): fd 0 detection (Unix and TCP
-//! listening sockets, CGI, neither), `--listen unix:`, SIGTERM (exit 0, idle or with a request in
+//! listening sockets, mod_fcgid's or another launcher's, CGI, neither), `--listen unix:`, SIGTERM (exit 0, idle or with a request in
 //! flight), and stdout staying silent in FastCGI mode.
 
 mod common;
@@ -174,10 +174,10 @@ fn sigterm_with_a_request_in_flight() {
 }
 
 /// The responder started the mod_fcgid way: a listening Unix socket (in a temporary folder,
-/// returned with its path) as its fd 0.
+/// returned with its path, named as mod_fcgid names it) as its fd 0.
 fn spawn_on_inherited_unix_socket() -> (tempfile::TempDir, PathBuf, Child) {
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("fcgid.sock");
+    let sock = common::fcgi::fcgid_socket_path(dir.path());
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let child = command()
         .stdin(Stdio::from(OwnedFd::from(listener)))
@@ -281,6 +281,34 @@ fn inherited_unix_socket_idle_stops_at_once_on_sigterm() {
     );
 }
 
+/// A listening Unix socket on fd 0 that is not mod_fcgid's (spawn-fcgi's, or a name that only
+/// looks like one of mod_fcgid's but carries another process's pid): served like `--listen`,
+/// many connections at once.
+#[test]
+fn inherited_unix_socket_of_another_launcher_is_served_like_listen() {
+    let dir = tempfile::tempdir().unwrap();
+    let other_pid = std::process::id() + 1;
+    for name in ["spawn-fcgi.sock".to_string(), format!("{other_pid}.0")] {
+        let sock = dir.path().join(&name);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let mut child = command()
+            .stdin(Stdio::from(OwnedFd::from(listener)))
+            .spawn()
+            .unwrap();
+        let mut c = FcgiClient::unix(&sock).unwrap();
+        // Asked before any assertion, so that the child is always stopped.
+        let max_conns = get_max_conns(&mut c);
+        let answer = post(&mut c, b"a");
+        sigterm(&child);
+        let status = wait(&mut child);
+        let (out, err) = output_of(&mut child);
+        assert_eq!(max_conns, "256", "{name}");
+        assert_eq!(answer, "method=POST len=1 sum=97\n");
+        assert_eq!(status.code(), Some(0), "stderr: {err}");
+        assert_eq!(out, "");
+    }
+}
+
 #[test]
 fn inherited_tcp_socket_on_fd0() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -290,9 +318,14 @@ fn inherited_tcp_socket_on_fd0() {
         .spawn()
         .unwrap();
     let mut c = FcgiClient::tcp(addr).unwrap();
-    assert_eq!(post(&mut c, b"xyz"), "method=POST len=3 sum=363\n");
+    // Asked before any assertion, so that the child is always stopped.
+    let max_conns = get_max_conns(&mut c);
+    let answer = post(&mut c, b"xyz");
     sigterm(&child);
     assert_eq!(wait(&mut child).code(), Some(0));
+    // spawn-fcgi's way: served like `--listen`.
+    assert_eq!(max_conns, "256");
+    assert_eq!(answer, "method=POST len=3 sum=363\n");
 }
 
 #[test]

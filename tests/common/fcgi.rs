@@ -14,7 +14,8 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::answer::Answer;
@@ -135,6 +136,20 @@ impl FcgiClient {
             conn,
             record_size: 8192,
         }
+    }
+
+    /// Sets the read and write timeouts (default [`DEFAULT_TIMEOUT`]): a read or write that
+    /// waits longer fails (`WouldBlock` or `TimedOut`).
+    pub fn with_timeout(self, t: Duration) -> io::Result<Self> {
+        match &self.conn {
+            Conn::Unix(s) => s
+                .set_read_timeout(Some(t))
+                .and_then(|()| s.set_write_timeout(Some(t))),
+            Conn::Tcp(s) => s
+                .set_read_timeout(Some(t))
+                .and_then(|()| s.set_write_timeout(Some(t))),
+        }?;
+        Ok(self)
     }
 
     /// Sets the largest PARAMS/STDIN record content (1..=65535).
@@ -354,6 +369,15 @@ fn eof() -> io::Error {
 
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+/// The path mod_fcgid gives the listening socket of a program this process starts:
+/// `<dir>/<pid>.<n>`, where `<pid>` is the starting process's, i.e. the program's parent (mod_fcgid's
+/// process manager names its sockets so, and the program recognises mod_fcgid by it).
+pub fn fcgid_socket_path(dir: &Path) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("{}.{n}", std::process::id()))
 }
 
 /// One version-1 record, no padding.

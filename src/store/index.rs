@@ -405,38 +405,9 @@ impl Store {
             Folder::Root => &self.root_fd,
             Folder::Meta => &self.meta_fd,
         };
-        let mut entries = rustix::fs::Dir::read_from(dir.as_fd())?;
-        // A position is the directory cookie of the last name done (`d_off`), or, where the
-        // filesystem gives none (0), minus the number of entries done, skipped again on resume.
-        let mut done = 0i64;
-        if at > 0 {
-            entries.seek(at)?;
-        } else if at < 0 {
-            while done < -at && entries.read().transpose()?.is_some() {
-                done += 1;
-            }
-        }
-        let mut position = at;
-        let mut walked = 0;
-        while let Some(entry) = entries.read() {
-            let entry = entry?;
-            // At least one name a step, however slow the filesystem.
-            if walked > 0 && budget.used_up() {
-                return Ok((position, false));
-            }
-            done += 1;
-            position = match entry.offset() {
-                0 => -done,
-                cookie => cookie,
-            };
-            let raw = entry.file_name().to_bytes();
-            if raw == b"." || raw == b".." {
-                continue;
-            }
-            walked += 1;
-            budget.take();
+        walk_dir(dir, at, budget, |raw| {
             let name = match folder {
-                Folder::Root if raw == META.as_bytes() || raw == TMP.as_bytes() => continue,
+                Folder::Root if raw == META.as_bytes() || raw == TMP.as_bytes() => return Ok(()),
                 Folder::Root => Name::parse(raw).ok(),
                 // A sidecar whose file is there was seen with its file.
                 Folder::Meta => raw
@@ -444,16 +415,59 @@ impl Store {
                     .and_then(|n| Name::parse(n).ok())
                     .filter(|n| self.stored_size_of(n).is_none()),
             };
-            let Some(name) = name else { continue };
+            let Some(name) = name else { return Ok(()) };
             let second = match self.observe(&name, now).0 {
                 Verdict::Live(d) | Verdict::YoungOrphan(d) => d,
                 Verdict::Remove => now - 1,
-                Verdict::Absent => continue,
+                Verdict::Absent => return Ok(()),
             };
-            self.file_entry(&name, second)?;
-        }
-        Ok((position, true))
+            self.file_entry(&name, second)
+        })
     }
+}
+
+/// Reads the folder `dir` from the position `at` until `budget` is used up or the folder ends,
+/// calling `visit` with each name but `.` and `..`; says the position reached and whether the
+/// folder ended. A position is the directory cookie of the last name done (`d_off`), or, where
+/// the filesystem gives none (0), minus the number of entries done, skipped again on resume.
+/// The walk and the check of the totals (`total.rs`) go through a folder in steps this way.
+pub(super) fn walk_dir(
+    dir: &OwnedFd,
+    at: i64,
+    budget: &mut StepBudget,
+    mut visit: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<(i64, bool)> {
+    let mut entries = rustix::fs::Dir::read_from(dir.as_fd())?;
+    let mut done = 0i64;
+    if at > 0 {
+        entries.seek(at)?;
+    } else if at < 0 {
+        while done < -at && entries.read().transpose()?.is_some() {
+            done += 1;
+        }
+    }
+    let mut position = at;
+    let mut walked = 0;
+    while let Some(entry) = entries.read() {
+        let entry = entry?;
+        // At least one name a step, however slow the filesystem.
+        if walked > 0 && budget.used_up() {
+            return Ok((position, false));
+        }
+        done += 1;
+        position = match entry.offset() {
+            0 => -done,
+            cookie => cookie,
+        };
+        let raw = entry.file_name().to_bytes();
+        if raw == b"." || raw == b".." {
+            continue;
+        }
+        walked += 1;
+        budget.take();
+        visit(raw)?;
+    }
+    Ok((position, true))
 }
 
 impl Store {
@@ -464,11 +478,7 @@ impl Store {
         } else {
             (WALK_PER_SWEEP, WALK_TIME)
         };
-        StepBudget {
-            names,
-            time,
-            clock: None,
-        }
+        StepBudget::new(names, time)
     }
 }
 
@@ -476,13 +486,22 @@ impl Store {
 /// Opening a folder and finding the position again is a fixed cost, which on JuiceFS grows with
 /// the folder (≈ 0.6 s a step at 10⁵ names) and would otherwise leave one name a step, an
 /// adoption in O(N²).
-struct StepBudget {
+pub(super) struct StepBudget {
     names: usize,
     time: Duration,
     clock: Option<Instant>,
 }
 
 impl StepBudget {
+    /// At most `names` names, and `time` from the first.
+    pub(super) fn new(names: usize, time: Duration) -> StepBudget {
+        StepBudget {
+            names,
+            time,
+            clock: None,
+        }
+    }
+
     /// Counts one name walked (the first starts the clock).
     fn take(&mut self) {
         self.clock.get_or_insert_with(Instant::now);

@@ -69,7 +69,7 @@ impl App {
             return;
         }
         match self.store.sweep() {
-            Ok(_) => {}
+            Ok(r) => crate::housekeeping::log_sweep(&self.log, &r),
             // A lock held too long skips the sweep; the request's own lookup is bounded too.
             Err(e) if crate::store::is_lock_busy(&e) => {
                 self.log.error(&format!("balayage sauté : {e}"))

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use crate::log::Log;
 use crate::names::Name;
-use crate::store::{Store, is_lock_busy};
+use crate::store::{Store, SweepReport, is_lock_busy};
 
 /// How long a request waits for the sweep it started.
 /// Longer than one budgeted sweep (`store/index.rs`: 20 ms), so that a sweep of what is due is
@@ -144,8 +144,12 @@ fn run(shared: &Shared, store: &Store, log: &Log) {
         loop {
             remove_asked(shared, store, log);
             match store.sweep() {
-                Ok(r) if r.pending => continue,
-                Ok(_) => break,
+                Ok(r) => {
+                    log_sweep(log, &r);
+                    if !r.pending {
+                        break;
+                    }
+                }
                 Err(e) if is_lock_busy(&e) => {
                     log.error(&format!("balayage sauté : {e}"));
                     break;
@@ -161,6 +165,25 @@ fn run(shared: &Shared, store: &Store, log: &Log) {
         st.running = false;
         shared.finished.notify_waiters();
         drop(st);
+    }
+}
+
+/// What a sweep did that the log keeps: a check of the kept totals that changed them (files
+/// removed or put there otherwise than by the program, a total lost).
+pub fn log_sweep(log: &Log, report: &SweepReport) {
+    if let Some(c) = report.total_checked {
+        match c.from {
+            Some(from) if from == c.to => {}
+            Some(from) => log.ok(&format!(
+                "contrôle du total du dépôt — {} octets (le total tenu disait {from} : \
+                 fichiers retirés ou posés hors du programme)",
+                c.to
+            )),
+            None => log.ok(&format!(
+                "contrôle du total du dépôt — {} octets (compté)",
+                c.to
+            )),
+        }
     }
 }
 

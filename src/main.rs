@@ -230,8 +230,7 @@ fn sweep(cfg: Config) -> ExitCode {
                 r.removed_files.len() + r.removed_orphans.len() + r.removed_temporaries.len()
             );
             match app.store.recount_total() {
-                Ok(Some(total)) => outln!("octets stockés (recomptés) : {total}"),
-                Ok(None) => {}
+                Ok(total) => outln!("octets stockés (recomptés) : {total}"),
                 Err(e) => {
                     eprintln!("depot-fichiers : recomptage impossible : {e}");
                     return ExitCode::from(1);

@@ -502,6 +502,11 @@ impl StepBudget {
         }
     }
 
+    /// No bound: a whole folder at once.
+    pub(super) fn unbounded() -> StepBudget {
+        StepBudget::new(usize::MAX, Duration::MAX)
+    }
+
     /// Counts one name walked (the first starts the clock).
     fn take(&mut self) {
         self.clock.get_or_insert_with(Instant::now);

@@ -252,6 +252,12 @@ impl Store {
         Ok(SharedGuard { _held: Held(file) })
     }
 
+    /// The shared lock if nobody holds it exclusively right now, without waiting.
+    pub(super) fn try_lock_shared(&self) -> io::Result<Option<SharedGuard>> {
+        let file = self.lock_file()?;
+        Ok(try_take(&file, Kind::Shared)?.then(|| SharedGuard { _held: Held(file) }))
+    }
+
     pub(super) fn lock_exclusive(&self) -> io::Result<ExclusiveGuard> {
         let file = self.lock_file()?;
         acquire(&file, Kind::Exclusive, &self.lock_outage, self.lock_waiting)?;

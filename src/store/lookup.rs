@@ -146,15 +146,14 @@ impl Store {
         }
     }
 
-    /// Unlinks a name's sidecar and file; the kept total (`total.rs`) loses the file's size
-    /// after the unlinks.
+    /// Unlinks a name's sidecar and file; the kept totals (`total.rs`) lose the file after
+    /// the unlinks.
     pub(super) fn remove_pair(&self, name: &Name, lock: &ExclusiveGuard) {
-        // The size only matters to a kept total: no `statx` otherwise.
-        let size = self.keeps_total().then(|| self.stored_size(name));
+        let size = self.stored_size_of(name);
         let _ = rustix::fs::unlinkat(&self.meta_fd, name.sidecar_file_name(), AtFlags::empty());
         let gone = rustix::fs::unlinkat(&self.root_fd, name.as_str(), AtFlags::empty()).is_ok();
         if gone && let Some(size) = size {
-            self.subtract_from_total(size, lock);
+            self.after_removal(size, lock);
         }
     }
 

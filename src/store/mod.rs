@@ -5,15 +5,16 @@
 //! - `.meta/<name>.json`: its sidecar, written once per upload, never rewritten;
 //! - `.tmp/*.part`: uploads being written (each flock-ed by its writer for its whole life);
 //! - `.tmp/verrou`: the store lock; `.tmp/balayage`: the sweep-cadence marker (its mtime);
-//! - `.tmp/index/`: the expiry index (`index.rs`) and the stored bytes' total (`total.rs`);
+//! - `.tmp/index/`: the expiry index (`index.rs`) and the totals of what is stored, with the
+//!   check that keeps them true (`total.rs`);
 //! - `.tmp/envoi-*`: second names of stored files handed to the web server by `X-Sendfile`
 //!   ([`Store::sendfile_alias`]), removed by the sweep after a minute.
 //!
 //! Rooms: this file holds the layout and [`Store`] (the folders' descriptors, paths, opening);
 //! `lock.rs` the store lock as a guard, shared or exclusive; `expiry.rs` the verdicts of
 //! specification §4 (pure functions); `sweep.rs` the sweep; `index.rs` the expiry index it reads
-//! and the walk that adopts what the index does not know; `total.rs` the bytes stored, for the
-//! capacity; `lookup.rs` the file a request is about; `publish.rs` uploads, the sidecar write and
+//! and the walk that adopts what the index does not know; `total.rs` the bytes and files stored,
+//! for the capacity, and their check against the store; `lookup.rs` the file a request is about; `publish.rs` uploads, the sidecar write and
 //! the two renames.
 //!
 //! Concurrency (several processes, any of which can be SIGKILLed):
@@ -62,6 +63,7 @@ pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
 pub use lookup::{Found, Looked};
 pub use publish::{Published, Upload};
 pub use sweep::SweepReport;
+pub use total::{Correction, Tally, Totals};
 
 const META: &str = ".meta";
 const TMP: &str = ".tmp";

@@ -191,7 +191,7 @@ impl Upload {
 
     /// Files the pair's entry in the expiry index (before the renames: a crash leaves an entry
     /// for nothing, never a pair the index does not know); then, under the exclusive store lock,
-    /// checks the capacity against the kept total (`total.rs`) and renames the sidecar (its
+    /// checks the capacity against the kept totals (`total.rs`, which may count the store first) and renames the sidecar (its
     /// temporary, written and synced), then the file, into place; the sidecar's temporary is
     /// closed (unlocked) after the renames.
     fn file_and_rename(
@@ -206,32 +206,14 @@ impl Upload {
         store.file_entry(name, store.lifetimes.shortest_from(sidecar.depot_timestamp))?;
         pause_point("apres-entree-index");
         let lock = store.lock_exclusive()?;
-        let totals = if store.keeps_total() {
-            let before = store.total(&lock)?;
-            let after = before.saturating_sub(store.stored_size(name)) + self.written;
-            if self.capacity > 0 && after > self.capacity {
-                return Err(StoreError::Full(format!(
-                    "capacité du dépôt atteinte ({} octets)",
-                    self.capacity
-                )));
-            }
-            // Never below the truth, whatever point a crash stops at.
-            store.set_total(before.max(after), &lock)?;
-            Some((before, after))
-        } else {
-            None
-        };
+        let (lock, pending) = store.before_publication(name, self.written, lock)?;
         pause_point("avant-renommage");
         let sc_name = name.sidecar_file_name();
         rustix::fs::renameat(&self.tmp_fd, &self.sidecar_part, &store.meta_fd, &sc_name)?;
         pause_point("entre-renommages");
         rustix::fs::renameat(&self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
         pause_point("apres-renommage");
-        if let Some((before, after)) = totals
-            && after < before
-        {
-            store.set_total(after, &lock)?;
-        }
+        store.after_publication(pending, &lock)?;
         Ok(())
     }
 }

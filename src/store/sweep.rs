@@ -34,6 +34,8 @@ pub struct SweepReport {
     pub removed_orphans: Vec<String>,
     /// `.part` files of dead writers removed.
     pub removed_temporaries: Vec<String>,
+    /// A check of the kept totals ended in this sweep (`total.rs`): the bytes before and after.
+    pub total_checked: Option<super::total::Correction>,
 }
 
 impl SweepReport {
@@ -165,6 +167,9 @@ impl Store {
         if !report.pending {
             report.pending = self.walk_step(now)?;
         }
+        if !report.pending {
+            report.total_checked = self.check_step(now)?;
+        }
         Ok(report)
     }
 
@@ -237,6 +242,7 @@ impl Store {
                 break;
             }
         }
+        report.total_checked = self.check_step(now)?;
         Ok(report)
     }
 

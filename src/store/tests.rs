@@ -703,8 +703,8 @@ fn a_file_put_by_hand_is_found_by_the_next_pass_of_the_walk() {
     assert_eq!(store.sweep_now().unwrap().removed_orphans, ["orphelin"]);
 }
 
-/// The capacity is checked against the kept total: removals and replacements lower it, a total
-/// lost or wrong is counted again.
+/// The capacity is checked against the kept totals: removals and replacements lower them, a
+/// total lost is counted again before a refusal, and `recount_total` counts exactly.
 #[test]
 fn the_capacity_follows_the_kept_total() {
     let d = tempfile::tempdir().unwrap();
@@ -713,10 +713,10 @@ fn the_capacity_follows_the_kept_total() {
         "taille_max_totale_octets = 25\nduree_inactivite_secondes = 1",
     );
     let files = d.path().join("files");
-    let total = || std::fs::read_to_string(files.join(".tmp/index/total")).unwrap();
     put(&store, "a", &[0; 10]);
     put(&store, "b", &[0; 10]);
-    assert_eq!(total().trim().parse::<u64>().unwrap(), 20);
+    assert_eq!(store.totals_unlocked().bytes.now, Some(20));
+    assert_eq!(store.totals_unlocked().files.now, Some(2));
     let try_put = |name: &str, n: usize| {
         let mut up = store.begin_upload().unwrap();
         up.write(&vec![0; n]).unwrap();
@@ -725,23 +725,139 @@ fn the_capacity_follows_the_kept_total() {
     assert!(matches!(try_put("c", 10), Err(StoreError::Full(_))));
     // Replacing a (10) by 1 byte frees 9.
     try_put("a", 1).unwrap();
-    assert_eq!(total().trim(), format!("{:020}", 11));
+    assert_eq!(store.totals_unlocked().bytes.now, Some(11));
     try_put("c", 14).unwrap();
     assert!(matches!(try_put("d", 1), Err(StoreError::Full(_))));
-    // Expired and swept: the total loses them.
+    // Expired and swept: the totals lose them.
     for n in ["a", "b", "c"] {
         set_mtime(&files.join(n), 5);
     }
     age_index(&files, 5);
     assert_eq!(store.sweep_now().unwrap().removed(), 3);
-    assert_eq!(total().trim().parse::<u64>().unwrap(), 0);
-    // A total lost is counted again; a wrong one is put right by `recount_total`.
+    assert_eq!(store.totals_unlocked().bytes.now, Some(0));
+    assert_eq!(store.totals_unlocked().files.now, Some(0));
+    // A total lost is counted again before a refusal; a wrong one is put right by
+    // `recount_total`.
     try_put("e", 20).unwrap();
     std::fs::remove_file(files.join(".tmp/index/total")).unwrap();
     assert!(matches!(try_put("f", 6), Err(StoreError::Full(_))));
+    assert_eq!(store.totals_unlocked().bytes.now, Some(20));
     std::fs::write(files.join(".tmp/index/total"), format!("{:020}\n", 999)).unwrap();
-    assert_eq!(store.recount_total().unwrap(), Some(20));
+    assert_eq!(store.recount_total().unwrap(), 20);
     try_put("f", 5).unwrap();
+}
+
+/// Writes the second of the last check of the totals, `secs_ago` (their seventh line).
+fn age_totals_check(files: &Path, secs_ago: i64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(files.join(".tmp/index/total"))
+        .unwrap();
+    f.write_all_at(
+        format!("{:020}\n", now_secs() - secs_ago).as_bytes(),
+        6 * 21,
+    )
+    .unwrap();
+}
+
+/// Files taken out of the store by hand: a publication that the kept total would refuse
+/// counts the store first (at most once a minute), and is accepted when the store has room.
+#[test]
+fn a_refusal_for_capacity_counts_the_store_first() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "taille_max_totale_octets = 25");
+    let files = d.path().join("files");
+    put(&store, "a", &[0; 10]);
+    put(&store, "b", &[0; 10]);
+    std::fs::remove_file(files.join("a")).unwrap();
+    std::fs::remove_file(files.join(".meta/a.json")).unwrap();
+    let try_put = |name: &str| {
+        let mut up = store.begin_upload().unwrap();
+        up.write(&[0; 10]).unwrap();
+        up.publish(&store, &Name::parse(name.as_bytes()).unwrap())
+    };
+    // The store was counted less than a minute ago (by the first publication, which found no
+    // total): the refusal stands without counting again.
+    assert!(matches!(try_put("c"), Err(StoreError::Full(_))));
+    assert_eq!(store.totals_unlocked().bytes.now, Some(20));
+    age_totals_check(&files, total::REFUSAL_CHECK_SECS);
+    try_put("c").unwrap();
+    let t = store.totals_unlocked();
+    assert_eq!((t.bytes.now, t.files.now), (Some(20), Some(2)));
+    assert!(now_secs() - t.checked_at < 5);
+}
+
+/// Every store keeps its totals, with or without a capacity, and the sweep checks them against
+/// the store every few minutes: what left by hand is taken out of them.
+#[test]
+fn the_sweep_checks_the_totals_against_the_store() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "");
+    let files = d.path().join("files");
+    put(&store, "a", &[0; 10]);
+    put(&store, "b", &[0; 7]);
+    // Counted by the first sweep (a new store's totals are not known before).
+    store.sweep_now().unwrap();
+    let t = store.totals_unlocked();
+    assert_eq!((t.bytes.now, t.files.now), (Some(17), Some(2)));
+    std::fs::remove_file(files.join("a")).unwrap();
+    // Not due yet: nothing is read.
+    assert_eq!(store.sweep_now().unwrap().total_checked, None);
+    age_totals_check(&files, total::CHECK_PERIOD_SECS);
+    let r = store.sweep_now().unwrap();
+    assert_eq!(
+        r.total_checked,
+        Some(Correction {
+            from: Some(17),
+            to: 7
+        })
+    );
+    let t = store.totals_unlocked();
+    assert_eq!((t.bytes.now, t.files.now), (Some(7), Some(1)));
+    // A file put there by hand is counted too.
+    std::fs::write(files.join("pose-a-la-main"), [0; 5]).unwrap();
+    age_totals_check(&files, total::CHECK_PERIOD_SECS);
+    store.sweep_now().unwrap();
+    assert_eq!(store.totals_unlocked().bytes.now, Some(12));
+}
+
+/// A check that spans several steps goes on from where it stood; publications and removals
+/// made meanwhile are accounted for, and the total ends exact when it can be.
+#[test]
+fn a_check_in_steps_counts_what_changed_meanwhile() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "");
+    let files = d.path().join("files");
+    for i in 0..(3 * total::tests::CHECK_STEP_FOR_TESTS) {
+        put(&store, &format!("f{i:05}"), &[0; 3]);
+    }
+    let n = 3 * total::tests::CHECK_STEP_FOR_TESTS as u64;
+    while store.sweep_now().unwrap().pending {}
+    assert_eq!(store.totals_unlocked().bytes.now, Some(3 * n));
+    age_totals_check(&files, total::CHECK_PERIOD_SECS);
+    // One step of the check, then a publication, a replacement, a removal and a file removed
+    // by hand, then the rest of the check.
+    assert_eq!(
+        store
+            .check_step_with(now_secs(), total::tests::CHECK_STEP_FOR_TESTS)
+            .unwrap(),
+        None
+    );
+    put(&store, "nouveau", &[0; 100]);
+    put(&store, "f00000", &[0; 50]);
+    std::fs::remove_file(files.join("f00001")).unwrap();
+    loop {
+        if let Some(c) = store
+            .check_step_with(now_secs(), total::tests::CHECK_STEP_FOR_TESTS)
+            .unwrap()
+        {
+            let truth = 3 * n - 3 - 3 + 100 + 50;
+            // Never below the truth, at most what changed meanwhile above it.
+            assert!(c.to >= truth && c.to <= truth + 150, "{c:?}, truth {truth}");
+            break;
+        }
+    }
 }
 
 /// With an interval of 0 every request reads the store: a file that appeared outside an upload

@@ -1,85 +1,471 @@
-//! The bytes of the stored files, kept in `.tmp/index/total` so that `taille_max_totale_octets`
-//! is checked in constant time per upload (specification §4, §9: 507 `stockage_plein`).
+//! What the store holds, kept in `.tmp/index/total` so that `taille_max_totale_octets` is
+//! checked in constant time per upload (specification §4, §9: 507 `stockage_plein`), and
+//! checked against the store itself so that a 507 is true.
 //!
-//! Kept when a capacity is configured, or when the file exists (a capacity configured earlier):
-//! read and written only under the exclusive store lock, which every publication and every
-//! removal holds, by all processes and nodes. It counts every name at the root of the store
-//! (what a recount adds up). The order of the writes makes a crash err on the safe side: a
-//! publication writes the larger of the old and the new total before its renames and the exact
-//! one after; a removal subtracts after its unlinks. A process killed in between leaves a total
-//! above the truth (the store refuses a little early), never below (the capacity is never
-//! exceeded). What the total cannot see: files put into or taken out of the folder by hand.
-//! `depot-fichiers sweep` counts the store again, under the lock; a missing or unreadable total
-//! is counted again the same way, once (the cost of a full listing, under the lock).
+//! Kept by every store, with or without a capacity (setting one later needs no count): the
+//! bytes and the number of the files at the root (every name but `.meta` and `.tmp`, as a count
+//! adds them up), read and written only under the exclusive store lock, which every
+//! publication and every removal holds, by all processes and nodes. The order of the writes
+//! makes a crash err on the safe side: a publication writes the larger of the old and the new
+//! total before its renames and the exact one after; a removal subtracts after its unlinks. A
+//! process killed in between leaves a total above the truth (the store refuses a little early),
+//! never below.
+//!
+//! What the program does not do itself — files removed by hand, restored, or by another version
+//! on a shared store; a total lost with a power cut — is found by a **check**: the root listed
+//! and its sizes added up *without* the lock, in steps, by the sweep (the housekeeping thread of
+//! a long-lived process, the requests under CGI), every [`CHECK_PERIOD_SECS`]. Uploads and
+//! removals go on meanwhile; what they change is bounded by two counters kept beside each total,
+//! the bytes (files) ever added and ever removed. If the listing saw `s` while `a` were added
+//! and `r` removed, the truth at its end lies within `[s − r, s + a]`: the kept total is brought
+//! into that interval (exact when nothing changed meanwhile, and never below the truth for what
+//! the program did). A publication that would pass the capacity counts the store first the same
+//! way (at once, lock-free) unless a check ended less than [`REFUSAL_CHECK_SECS`] ago, so a 507
+//! never rests on a total that nothing has checked for a minute. A missing total (a store
+//! written by a version that kept none) is counted by the next check; until then a publication
+//! with a capacity counts it itself, once.
+//!
+//! The file: seven lines of 20 digits (21 bytes each, one `pwrite`): bytes now (20 `-` when not
+//! known yet), bytes added, bytes removed, files now, files added, files removed, the second the
+//! last check ended. Versions that kept only the total read and write the first line alone.
+//! The check in progress is in `total.controle` (its position in the root and what it has
+//! added up, one line), so that it goes on across steps and processes.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
+use std::time::Duration;
 
 use rustix::fs::{AtFlags, OFlags, StatxFlags};
 
+use super::index::{StepBudget, walk_dir};
 use super::lock::ExclusiveGuard;
-use super::{Store, list_stored_names, open_at, stat_entry};
+use super::{META, Store, StoreError, TMP, now_secs, open_at, stat_entry};
 use crate::names::Name;
 
-/// The total's file, in the index folder.
+/// The totals' file, in the index folder.
 const TOTAL: &str = "total";
-/// The total is written as 20 decimal digits and a newline: always the same length, one `pwrite`.
+/// The check in progress, in the index folder.
+const CHECK: &str = "total.controle";
+/// Where a new state of the check is written before it is renamed over [`CHECK`].
+const CHECK_NEW: &str = "total.controle.nouveau";
+/// Bytes of one line of the file: 20 characters and a newline.
 const WIDTH: usize = 21;
+/// Lines of the file.
+const LINES: usize = 7;
+/// A check starts again this long after the last one ended: a drift is put right within about
+/// this long, plus the time a check takes.
+pub(super) const CHECK_PERIOD_SECS: i64 = 300;
+/// A publication refused for capacity counts the store first, unless a check ended less than
+/// this long ago: a full store is counted at most once a minute, not at every upload.
+pub(super) const REFUSAL_CHECK_SECS: i64 = 60;
+/// At most this many names added up by one step of the check in a request (a `statx` each,
+/// ≈ 1 µs on a local filesystem), or [`CHECK_TIME`].
+const CHECK_PER_STEP: usize = 4096;
+/// A step of the check in a request stops after this long (as a step of the walk).
+const CHECK_TIME: Duration = Duration::from_millis(5);
+/// The same on the housekeeping thread of a long-lived process, which no request waits for:
+/// 10⁶ names in a few steps.
+const CHECK_PER_STEP_OFF_THREAD: usize = 1 << 20;
+/// See [`CHECK_PER_STEP_OFF_THREAD`].
+const CHECK_TIME_OFF_THREAD: Duration = Duration::from_millis(200);
+
+/// One quantity (bytes, or files) and the changes the program made to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// The kept value; `None` until a check has counted it.
+    pub now: Option<u64>,
+    /// Everything ever added (wrapping): a publication's growth.
+    pub added: u64,
+    /// Everything ever removed (wrapping): a removal, a publication's shrinking.
+    pub removed: u64,
+}
+
+impl Tally {
+    /// Records growth.
+    fn add(&mut self, n: u64) {
+        self.now = self.now.map(|v| v.saturating_add(n));
+        self.added = self.added.wrapping_add(n);
+    }
+
+    /// Records shrinking.
+    fn remove(&mut self, n: u64) {
+        self.now = self.now.map(|v| v.saturating_sub(n));
+        self.removed = self.removed.wrapping_add(n);
+    }
+
+    /// After a check that saw `seen` while the counters moved from `start` to `self`: the value
+    /// brought into `[seen − removed since, seen + added since]`.
+    fn correct(&mut self, seen: u64, start: Tally) {
+        let low = seen.saturating_sub(self.removed.wrapping_sub(start.removed));
+        let high = seen.saturating_add(self.added.wrapping_sub(start.added));
+        self.now = Some(self.now.map_or(high, |v| v.clamp(low, high)));
+    }
+}
+
+/// The content of the totals' file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Bytes of the stored files.
+    pub bytes: Tally,
+    /// Stored files.
+    pub files: Tally,
+    /// The second the last check ended (0: never).
+    pub checked_at: i64,
+}
+
+impl Totals {
+    fn parse(text: &[u8]) -> Totals {
+        let mut lines = text.split(|&b| b == b'\n');
+        let mut next =
+            || -> Option<u64> { std::str::from_utf8(lines.next()?).ok()?.trim().parse().ok() };
+        let bytes_now = next();
+        let bytes = Tally {
+            now: bytes_now,
+            added: next().unwrap_or(0),
+            removed: next().unwrap_or(0),
+        };
+        let files = Tally {
+            now: next(),
+            added: next().unwrap_or(0),
+            removed: next().unwrap_or(0),
+        };
+        let checked_at = next().map_or(0, |t| i64::try_from(t).unwrap_or(0));
+        Totals {
+            bytes,
+            files,
+            checked_at,
+        }
+    }
+
+    fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(WIDTH * LINES);
+        let mut line = |v: Option<u64>| match v {
+            Some(v) => out.extend_from_slice(format!("{v:020}\n").as_bytes()),
+            None => out.extend_from_slice(b"--------------------\n"),
+        };
+        line(self.bytes.now);
+        line(Some(self.bytes.added));
+        line(Some(self.bytes.removed));
+        line(self.files.now);
+        line(Some(self.files.added));
+        line(Some(self.files.removed));
+        line(Some(u64::try_from(self.checked_at).unwrap_or(0)));
+        out
+    }
+
+    /// Whether a check is due at `now`: something is not known yet, or the last check ended
+    /// [`CHECK_PERIOD_SECS`] ago (or in the future: a clock set back).
+    fn check_due(&self, now: i64) -> bool {
+        self.bytes.now.is_none()
+            || self.files.now.is_none()
+            || !(0..CHECK_PERIOD_SECS).contains(&(now - self.checked_at))
+    }
+}
+
+/// A check under way: where it stands in the root, what it has added up, and the counters when
+/// it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Check {
+    /// A position in the root, as the walk keeps one (`index.rs`).
+    at: i64,
+    bytes: u64,
+    files: u64,
+    start: Totals,
+}
+
+impl Check {
+    fn starting(start: Totals) -> Check {
+        Check {
+            at: 0,
+            bytes: 0,
+            files: 0,
+            start,
+        }
+    }
+
+    fn line(&self) -> String {
+        let (b, f) = (self.start.bytes, self.start.files);
+        format!(
+            "{} {} {} {} {} {} {}\n",
+            self.at, self.bytes, self.files, b.added, b.removed, f.added, f.removed
+        )
+    }
+
+    fn parse(line: &str) -> Option<Check> {
+        let mut w = line.split_whitespace();
+        let at = w.next()?.parse().ok()?;
+        let mut n = || -> Option<u64> { w.next()?.parse().ok() };
+        let (bytes, files) = (n()?, n()?);
+        let start = Totals {
+            bytes: Tally {
+                now: None,
+                added: n()?,
+                removed: n()?,
+            },
+            files: Tally {
+                now: None,
+                added: n()?,
+                removed: n()?,
+            },
+            checked_at: 0,
+        };
+        Some(Check {
+            at,
+            bytes,
+            files,
+            start,
+        })
+    }
+}
+
+/// What a check changed, for the log: the kept bytes before and after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Correction {
+    /// The kept bytes before the check (`None`: not known).
+    pub from: Option<u64>,
+    /// The kept bytes after it.
+    pub to: u64,
+}
 
 impl Store {
-    /// Whether this store keeps the total: a capacity is configured, or the file exists.
-    pub(super) fn keeps_total(&self) -> bool {
-        self.capacity > 0
-            || rustix::fs::statat(&self.index_fd, TOTAL, AtFlags::SYMLINK_NOFOLLOW).is_ok()
+    /// What the totals' file says (anything unreadable is "not known").
+    pub fn totals_unlocked(&self) -> Totals {
+        let Ok(f) = open_at(&self.index_fd, TOTAL, OFlags::RDONLY) else {
+            return Totals::default();
+        };
+        let mut buf = [0u8; WIDTH * LINES];
+        let got = f.read_at(&mut buf, 0).unwrap_or(0);
+        Totals::parse(&buf[..got])
     }
 
-    /// The total, counted again when the file is missing or unreadable.
-    pub(super) fn total(&self, lock: &ExclusiveGuard) -> io::Result<u64> {
-        match self.kept_total() {
-            Some(n) => Ok(n),
-            None => self.recount(lock),
+    /// The totals, read under the exclusive lock.
+    pub(super) fn totals(&self, _: &ExclusiveGuard) -> Totals {
+        self.totals_unlocked()
+    }
+
+    /// Writes the totals.
+    fn set_totals(&self, totals: &Totals, _: &ExclusiveGuard) -> io::Result<()> {
+        let f = open_at(&self.index_fd, TOTAL, OFlags::WRONLY | OFlags::CREATE)?;
+        f.write_all_at(&totals.render(), 0)
+    }
+
+    /// Under the exclusive lock, before a publication's renames: whether `new` bytes under
+    /// `name` keep the store within its capacity, and if so the totals written for the safe side
+    /// of a crash (the larger of the old and new bytes, the file counted if it is a new name).
+    /// Returns what [`Store::after_publication`] needs. Counts the store first (lock-free, the
+    /// lock let go meanwhile) when the total is not known, or says the store is full and no
+    /// check ended within [`REFUSAL_CHECK_SECS`]: the lock is then taken again and handed back.
+    pub(super) fn before_publication(
+        &self,
+        name: &Name,
+        new: u64,
+        mut lock: ExclusiveGuard,
+    ) -> Result<(ExclusiveGuard, Pending), StoreError> {
+        let mut counted = false;
+        loop {
+            let mut totals = self.totals(&lock);
+            let old = self.stored_size_of(name);
+            let replaced = old.unwrap_or(0);
+            let after = totals
+                .bytes
+                .now
+                .map(|b| b.saturating_sub(replaced).saturating_add(new));
+            if self.capacity > 0 && !counted {
+                let recent = (0..REFUSAL_CHECK_SECS).contains(&(now_secs() - totals.checked_at));
+                let count = match after {
+                    None => true,
+                    Some(a) => a > self.capacity && !recent,
+                };
+                if count {
+                    drop(lock);
+                    self.check_now()?;
+                    counted = true;
+                    lock = self.lock_exclusive()?;
+                    continue;
+                }
+            }
+            if self.capacity > 0 && after.is_none_or(|a| a > self.capacity) {
+                return Err(StoreError::Full(format!(
+                    "capacité du dépôt atteinte ({} octets)",
+                    self.capacity
+                )));
+            }
+            // Never below the truth, whatever point a crash stops at.
+            totals.bytes.add(new.saturating_sub(replaced));
+            if old.is_none() {
+                totals.files.add(1);
+            }
+            self.set_totals(&totals, &lock)?;
+            return Ok((
+                lock,
+                Pending {
+                    shrink: replaced.saturating_sub(new),
+                },
+            ));
         }
     }
 
-    /// What the file says, if it can be read.
-    fn kept_total(&self) -> Option<u64> {
-        let f = open_at(&self.index_fd, TOTAL, OFlags::RDONLY).ok()?;
-        let mut buf = [0u8; WIDTH];
-        let got = f.read_at(&mut buf, 0).ok()?;
-        std::str::from_utf8(&buf[..got]).ok()?.trim().parse().ok()
+    /// Under the exclusive lock, after a publication's renames: the exact totals.
+    pub(super) fn after_publication(
+        &self,
+        pending: Pending,
+        lock: &ExclusiveGuard,
+    ) -> io::Result<()> {
+        if pending.shrink == 0 {
+            return Ok(());
+        }
+        let mut totals = self.totals(lock);
+        totals.bytes.remove(pending.shrink);
+        self.set_totals(&totals, lock)
     }
 
-    /// Writes the total.
-    pub(super) fn set_total(&self, total: u64, _: &ExclusiveGuard) -> io::Result<()> {
-        let f = open_at(&self.index_fd, TOTAL, OFlags::WRONLY | OFlags::CREATE)?;
-        f.write_all_at(format!("{total:020}\n").as_bytes(), 0)
+    /// After a file of `size` bytes left the root (its pair removed): the totals less it.
+    pub(super) fn after_removal(&self, size: u64, lock: &ExclusiveGuard) {
+        let mut totals = self.totals(lock);
+        totals.bytes.remove(size);
+        totals.files.remove(1);
+        let _ = self.set_totals(&totals, lock);
     }
 
-    /// Adds up the sizes of every name at the root and writes the sum: the exact total.
-    pub(super) fn recount(&self, lock: &ExclusiveGuard) -> io::Result<u64> {
-        let mut total = 0u64;
-        for raw in list_stored_names(&self.root_fd)? {
-            if let Ok(st) = stat_entry(&self.root_fd, &raw, StatxFlags::SIZE) {
-                total += st.size;
+    /// `depot-fichiers sweep`: counts the store under the exclusive lock, exactly, and says the
+    /// bytes.
+    pub fn recount_total(&self) -> io::Result<u64> {
+        let lock = self.lock_exclusive()?;
+        let mut totals = self.totals(&lock);
+        let mut check = Check::starting(totals);
+        self.check_steps(&mut check, &mut StepBudget::unbounded())?;
+        totals.bytes.now = Some(check.bytes);
+        totals.files.now = Some(check.files);
+        totals.checked_at = now_secs();
+        self.set_totals(&totals, &lock)?;
+        Ok(check.bytes)
+    }
+
+    /// One step of the check, from the sweep: starts one when due (see [`Totals::check_due`]),
+    /// goes on with the one under way within the step's budget, and at its end brings the totals
+    /// into the interval the listing allows (under the exclusive lock, briefly).
+    pub(super) fn check_step(&self, now: i64) -> io::Result<Option<Correction>> {
+        self.check_step_within(now, &mut self.check_budget())
+    }
+
+    /// [`Store::check_step`] with steps of `names` names (tests).
+    #[cfg(test)]
+    pub(super) fn check_step_with(&self, now: i64, names: usize) -> io::Result<Option<Correction>> {
+        self.check_step_within(now, &mut StepBudget::new(names, Duration::MAX))
+    }
+
+    fn check_step_within(
+        &self,
+        now: i64,
+        budget: &mut StepBudget,
+    ) -> io::Result<Option<Correction>> {
+        let mut check = match self.check_state() {
+            Some(c) => c,
+            None => {
+                // Not worth a wait: the next sweep starts it.
+                let Some(_lock) = self.try_lock_shared()? else {
+                    return Ok(None);
+                };
+                let start = self.totals_unlocked();
+                if !start.check_due(now) {
+                    return Ok(None);
+                }
+                Check::starting(start)
+            }
+        };
+        let ended = self.check_steps(&mut check, budget)?;
+        if ended {
+            match self.finish_check(&check) {
+                Ok(correction) => {
+                    self.set_check_state(None)?;
+                    return Ok(Some(correction));
+                }
+                // Ended, to be finished by the next sweep.
+                Err(e) if super::is_lock_busy(&e) => {}
+                Err(e) => return Err(e),
             }
         }
-        self.set_total(total, lock)?;
-        Ok(total)
+        self.set_check_state(Some(&check))?;
+        Ok(None)
     }
 
-    /// `depot-fichiers sweep`: counts the store again (when the total is kept) and says the sum.
-    pub fn recount_total(&self) -> io::Result<Option<u64>> {
-        if !self.keeps_total() {
-            return Ok(None);
+    /// A whole check at once, lock-free but for its two ends (a publication that would pass
+    /// the capacity, or that finds no total).
+    fn check_now(&self) -> Result<Correction, StoreError> {
+        let start = {
+            let _lock = self.lock_shared()?;
+            self.totals_unlocked()
+        };
+        let mut check = Check::starting(start);
+        self.check_steps(&mut check, &mut StepBudget::unbounded())?;
+        Ok(self.finish_check(&check)?)
+    }
+
+    /// What one step of the check may do in this process.
+    fn check_budget(&self) -> StepBudget {
+        if self.off_thread {
+            StepBudget::new(CHECK_PER_STEP_OFF_THREAD, CHECK_TIME_OFF_THREAD)
+        } else {
+            StepBudget::new(CHECK_PER_STEP, CHECK_TIME)
         }
-        let lock = self.lock_exclusive()?;
-        self.recount(&lock).map(Some)
     }
 
-    /// The size of what `name` holds at the root now (0 when nothing): what a publication
-    /// replaces, or a removal takes away.
-    pub(super) fn stored_size(&self, name: &Name) -> u64 {
-        self.stored_size_of(name).unwrap_or(0)
+    /// Adds up the root from where `check` stands, within `budget`; says whether the root ended.
+    fn check_steps(&self, check: &mut Check, budget: &mut StepBudget) -> io::Result<bool> {
+        let (at, ended) = walk_dir(&self.root_fd, check.at, budget, |raw| {
+            if raw != META.as_bytes()
+                && raw != TMP.as_bytes()
+                && let Ok(st) = stat_entry(&self.root_fd, raw, StatxFlags::SIZE)
+            {
+                check.bytes = check.bytes.saturating_add(st.size);
+                check.files += 1;
+            }
+            Ok(())
+        })?;
+        check.at = at;
+        Ok(ended)
+    }
+
+    /// The end of a check: under the exclusive lock, the totals brought into what the listing
+    /// allows, and the check's time written.
+    fn finish_check(&self, check: &Check) -> io::Result<Correction> {
+        let lock = self.lock_exclusive()?;
+        let mut totals = self.totals(&lock);
+        let from = totals.bytes.now;
+        totals.bytes.correct(check.bytes, check.start.bytes);
+        totals.files.correct(check.files, check.start.files);
+        totals.checked_at = now_secs();
+        self.set_totals(&totals, &lock)?;
+        Ok(Correction {
+            from,
+            to: totals.bytes.now.unwrap_or(0),
+        })
+    }
+
+    /// The check under way, if any (anything unreadable: none, a new one starts when due).
+    fn check_state(&self) -> Option<Check> {
+        let f = open_at(&self.index_fd, CHECK, OFlags::RDONLY).ok()?;
+        let mut line = String::new();
+        f.take(256).read_to_string(&mut line).ok()?;
+        Check::parse(&line)
+    }
+
+    fn set_check_state(&self, check: Option<&Check>) -> io::Result<()> {
+        let Some(check) = check else {
+            return match rustix::fs::unlinkat(&self.index_fd, CHECK, AtFlags::empty()) {
+                Err(rustix::io::Errno::NOENT) => Ok(()),
+                r => r.map_err(io::Error::from),
+            };
+        };
+        let mut f = open_at(
+            &self.index_fd,
+            CHECK_NEW,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
+        )?;
+        f.write_all(check.line().as_bytes())?;
+        drop(f);
+        rustix::fs::renameat(&self.index_fd, CHECK_NEW, &self.index_fd, CHECK)?;
+        Ok(())
     }
 
     /// The size of what `name` holds at the root, `None` when nothing is there.
@@ -88,16 +474,118 @@ impl Store {
             .ok()
             .map(|st| st.size)
     }
+}
 
-    /// After a removal of `size` bytes from a store that keeps its total: the total less them.
-    pub(super) fn subtract_from_total(&self, size: u64, lock: &ExclusiveGuard) {
-        if size == 0 {
-            return;
-        }
-        // A total counted again now already leaves the removed file out.
-        let _ = match self.kept_total() {
-            Some(total) => self.set_total(total.saturating_sub(size), lock),
-            None => self.recount(lock).map(drop),
+/// What a publication leaves to do after its renames: the bytes the replaced file had beyond
+/// the new one.
+pub(super) struct Pending {
+    shrink: u64,
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// Names per step in the tests of a check in several steps (`store/tests.rs`).
+    pub(in crate::store) const CHECK_STEP_FOR_TESTS: usize = 50;
+
+    #[test]
+    fn the_file_reads_back_what_it_wrote_and_the_old_format_is_the_first_line() {
+        let t = Totals {
+            bytes: Tally {
+                now: Some(12),
+                added: 40,
+                removed: 28,
+            },
+            files: Tally {
+                now: None,
+                added: 3,
+                removed: 2,
+            },
+            checked_at: 1_785_000_000,
         };
+        let text = t.render();
+        assert_eq!(text.len(), WIDTH * LINES);
+        assert_eq!(Totals::parse(&text), t);
+        // What a version that kept only the total wrote, and writes over the first line.
+        let old = Totals::parse(format!("{:020}\n", 999).as_bytes());
+        assert_eq!(old.bytes.now, Some(999));
+        assert_eq!(old.files.now, None);
+        assert_eq!(old.checked_at, 0);
+        let mut mixed = text.clone();
+        mixed[..WIDTH].copy_from_slice(format!("{:020}\n", 7).as_bytes());
+        let m = Totals::parse(&mixed);
+        assert_eq!(
+            (m.bytes.now, m.bytes.added, m.files.added),
+            (Some(7), 40, 3)
+        );
+        assert_eq!(Totals::parse(b"garbage").bytes.now, None);
+    }
+
+    #[test]
+    fn a_check_brings_the_total_into_what_the_listing_allows() {
+        let start = Tally {
+            now: Some(1000),
+            added: 500,
+            removed: 100,
+        };
+        // Nothing changed during the listing: the count is exact.
+        let mut t = start;
+        t.correct(300, start);
+        assert_eq!(t.now, Some(300));
+        // 50 added and 20 removed during it: the truth is within [seen − 20, seen + 50].
+        let mut t = start;
+        t.add(50);
+        t.remove(20);
+        let kept = t.now;
+        t.correct(300, start);
+        assert_eq!(t.now, Some(350));
+        assert_eq!(kept, Some(1030));
+        let mut low = Tally {
+            now: Some(10),
+            ..start
+        };
+        low.remove(20);
+        low.correct(300, start);
+        assert_eq!(low.now, Some(280));
+        // Unknown: the upper end (never below the truth).
+        let mut unknown = Tally { now: None, ..start };
+        unknown.add(5);
+        unknown.correct(300, start);
+        assert_eq!(unknown.now, Some(305));
+        // Counters that wrapped still give the right differences.
+        let wrapped = Tally {
+            now: Some(0),
+            added: u64::MAX - 1,
+            removed: 0,
+        };
+        let mut w = wrapped;
+        w.add(10);
+        w.correct(0, wrapped);
+        assert_eq!(w.now, Some(10));
+    }
+
+    #[test]
+    fn the_check_state_reads_back() {
+        let c = Check {
+            at: -12,
+            bytes: 5,
+            files: 2,
+            start: Totals {
+                bytes: Tally {
+                    now: None,
+                    added: 9,
+                    removed: 8,
+                },
+                files: Tally {
+                    now: None,
+                    added: 7,
+                    removed: 6,
+                },
+                checked_at: 0,
+            },
+        };
+        assert_eq!(Check::parse(&c.line()), Some(c));
+        assert_eq!(Check::parse("1 2 3"), None);
     }
 }

@@ -17,8 +17,8 @@
 //! printed `>3600`, and the rest is measured while it goes on); then over
 //! `DEPOT_ECHELLE_SECONDES` (15): GET throughput, p99, max, the share of the clients' time spent
 //! inside GETs slower than 10 ms, upload p99; VmHWM; then,
-//! with `taille_max_totale_octets` set (a new process), the first upload (the total counted
-//! once) and the upload p99; last, the files left more than 2 minutes past their deadline.
+//! with `taille_max_totale_octets` set (a new process), the first upload (checked against the
+//! totals the store kept without a capacity: no count) and the upload p99; last, the files left more than 2 minutes past their deadline.
 //!
 //! For profiling: `DEPOT_ECHELLE_REGIMES` (`calme`, `renouvellement`, or both separated by a
 //! comma) runs only those; `DEPOT_ECHELLE_DETAIL` prints every GET and upload over 20 ms with
@@ -454,9 +454,8 @@ fn case(bin: &Path, dirs: &[PathBuf], n: usize, churn: bool, seconds: u64) {
         .sum::<f64>()
         + 0.0;
 
-    // With a capacity: a new process, whose first upload counts the store once.
+    // With a capacity: a new process, whose first upload finds the totals kept all along.
     let (mut child, sock) = start(bin, files, &local, "capacite", true);
-    let _ = std::fs::remove_file(files.join(".tmp/index/total"));
     let t = Instant::now();
     let _ = upload(&sock, "premier.bin");
     let first = t.elapsed();

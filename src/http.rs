@@ -693,22 +693,24 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
             once_sent.apply(&file);
             return Ok(());
         }
-        ResponseBody::Parts(parts) => send_parts(&parts, out).await?,
+        ResponseBody::Parts(parts) => send_parts(parts, out).await?,
     }
     out.flush().await
 }
 
-/// Writes the parts of a [`ResponseBody::Parts`] body, encoding files chunk by chunk.
-async fn send_parts<W: AsyncWrite + Unpin>(parts: &[Part], out: &mut W) -> io::Result<()> {
+/// Writes the parts of a [`ResponseBody::Parts`] body, encoding files chunk by chunk. Each part
+/// is dropped once written: a file is closed as soon as its content has left, not at the end of
+/// the reply (which a slow client can make last minutes).
+async fn send_parts<W: AsyncWrite + Unpin>(parts: Vec<Part>, out: &mut W) -> io::Result<()> {
     let mut raw = vec![0u8; BASE64_CHUNK];
     let mut text = String::with_capacity(BASE64_CHUNK / 3 * 4);
     for p in parts {
         match p {
-            Part::Text(t) => out.write_all(t).await?,
+            Part::Text(t) => out.write_all(&t).await?,
             Part::Base64(f) => {
                 let mut offset = 0;
                 // Local-disk reads of a page-cached file, as in `send_file_range`.
-                while base64_chunk(f, offset, &mut raw, &mut text)? {
+                while base64_chunk(&f, offset, &mut raw, &mut text)? {
                     out.write_all(text.as_bytes()).await?;
                     offset += BASE64_CHUNK as u64;
                 }
@@ -943,6 +945,47 @@ mod tests {
         let head = format!("Status: 200 OK\r\nContent-Length: {}\r\n\r\n", want.len());
         assert_eq!(&out[..head.len()], head.as_bytes());
         assert_eq!(&out[head.len()..], want.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_base64_file_is_closed_once_its_content_is_written() {
+        use std::pin::Pin;
+        use std::rc::Weak;
+        use std::task::{Context, Poll};
+        /// Records, with each write, how many owners the file still has.
+        struct Probe(Weak<File>, Vec<(Vec<u8>, usize)>);
+        impl AsyncWrite for Probe {
+            fn poll_write(
+                mut self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                let owners = self.0.strong_count();
+                self.1.push((buf.to_vec(), owners));
+                Poll::Ready(Ok(buf.len()))
+            }
+            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Ok(()))
+            }
+            fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Ok(()))
+            }
+        }
+        let mut tmp = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut tmp, b"abc").unwrap();
+        let file = Rc::new(tmp);
+        let mut probe = Probe(Rc::downgrade(&file), Vec::new());
+        let parts = vec![
+            Part::Text(b"[\"".to_vec()),
+            Part::Base64(Base64File { file, len: 3 }),
+            Part::Text(b"\", \"la suite\"]".to_vec()),
+        ];
+        write_response(Response::new(200).with_parts(parts), &mut probe)
+            .await
+            .unwrap();
+        let owners = |what: &[u8]| probe.1.iter().find(|(b, _)| b == what).unwrap().1;
+        assert_eq!(owners(b"YWJj"), 1, "open while its content is written");
+        assert_eq!(owners(b"\", \"la suite\"]"), 0, "closed before the rest");
     }
 
     #[tokio::test]

@@ -615,6 +615,7 @@ fn t_jsonrpc(data: &[u8]) -> String {
             spent: 4,
             max: 5,
         },
+        b'd' => FileOutcome::TooMany { max: 2 },
         b'e' => FileOutcome::Error("boom".into()),
         _ => FileOutcome::Missing,
     };

@@ -521,3 +521,272 @@ fn own_secrets_as_bearer_are_refused_without_introspection() {
             .collect::<Vec<_>>()
     );
 }
+
+/// Files one HTTP request may return in base64, as the README and `docs/GARANTIES.md` state it.
+const BASE64_FILES_PER_REQUEST: usize = 2;
+
+/// Descriptors a process of the binary holds besides the files of its base64 replies and the
+/// sockets of its connections: standard streams, the listening socket, the runtime's, the store's
+/// folders, the log, pipes (25 in an idle mod_fcgid process).
+const DESCRIPTOR_MARGIN: usize = 32;
+
+/// Calls in a flood batch: every one of 1 300 calls on a 4 KB file but the last 20 fits the
+/// default 5 MiB base64 budget.
+const FLOOD_CALLS: i64 = 1300;
+
+/// A `POST /mcp.php` of `body` (era 2025-03-26, no version header) on a raw connection with a
+/// 4 KiB receive buffer, whose reply is read only as far as its header: the rest waits in the
+/// server until [`SlowReply::finish`] reads it. Returns once the header has arrived, that is
+/// once every call of the batch has run.
+struct SlowReply {
+    stream: std::net::TcpStream,
+    head: String,
+    rest: Vec<u8>,
+}
+
+impl SlowReply {
+    fn post(port: u16, body: &[u8]) -> SlowReply {
+        use rustix::net::{AddressFamily, SocketType};
+        use std::io::{Read, Write};
+        let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+        rustix::net::sockopt::set_socket_recv_buffer_size(&fd, 4096).unwrap();
+        rustix::net::connect(
+            &fd,
+            &std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port),
+        )
+        .unwrap();
+        let mut stream = std::net::TcpStream::from(fd);
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+            .unwrap();
+        let head = format!(
+            "POST /mcp.php HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            introspection::TOK_ACTIVE,
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        // A few bytes at a time, up to the end of the header.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        let end = loop {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "connection closed before the reply's header");
+            got.extend_from_slice(&buf[..n]);
+            if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i;
+            }
+        };
+        let rest = got.split_off(end + 4);
+        SlowReply {
+            stream,
+            head: String::from_utf8_lossy(&got).into_owned(),
+            rest,
+        }
+    }
+
+    /// Reads the rest of the reply; returns its JSON body.
+    fn finish(mut self) -> serde_json::Value {
+        use std::io::Read;
+        assert!(self.head.starts_with("HTTP/1.1 200"), "{}", self.head);
+        let length: usize = self
+            .head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no Content-Length: {}", self.head));
+        self.stream.read_to_end(&mut self.rest).unwrap();
+        assert_eq!(self.rest.len(), length, "truncated reply");
+        serde_json::from_slice(&self.rest).unwrap()
+    }
+}
+
+/// A 2025-03-26 batch of [`FLOOD_CALLS`] base64 calls on `name`.
+fn flood_batch(name: &str) -> Vec<u8> {
+    let calls: Vec<_> = (1..=FLOOD_CALLS)
+        .map(|id| common::tools_call(id, json!({"nom_fichier": name, "mode": "base64"})))
+        .collect();
+    serde_json::to_vec(&calls).unwrap()
+}
+
+/// The reply to a flood on a file of `content`: exactly [`BASE64_FILES_PER_REQUEST`] contents,
+/// those of the first calls, and for each other call the -32000 error that asks for one base64
+/// call per request or a link.
+fn assert_flood_answers(v: &serde_json::Value, content: &[u8]) {
+    use base64::Engine;
+    let answers = v.as_array().unwrap();
+    assert_eq!(answers.len(), FLOOD_CALLS as usize);
+    let mut returned = 0;
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!(a["id"], i as i64 + 1);
+        if let Some(text) = a["result"]["content"][0]["text"].as_str() {
+            let sc: serde_json::Value = serde_json::from_str(text).unwrap();
+            let got = base64::engine::general_purpose::STANDARD
+                .decode(sc["contenu_base64"].as_str().unwrap())
+                .unwrap();
+            assert!(got == content, "answer {i}: content differs");
+            assert!(i < BASE64_FILES_PER_REQUEST, "answer {i} returned a file");
+            returned += 1;
+        } else {
+            assert_eq!(a["error"]["code"], -32000, "answer {i}: {a}");
+            let msg = a["error"]["message"].as_str().unwrap();
+            assert!(
+                msg.contains(&format!(
+                    "au plus {BASE64_FILES_PER_REQUEST} fichiers y sont rendus en base64"
+                )) && msg.contains("un seul appel mode=\"base64\" par requête")
+                    && msg.contains("mode=\"lien\""),
+                "answer {i}: {msg}"
+            );
+        }
+    }
+    assert_eq!(returned, BASE64_FILES_PER_REQUEST);
+}
+
+/// While a flood's reply waits in the server: other clients of the site — an upload, a
+/// download, MCP calls in both modes — are answered 200 (each within 30 s, or curl fails).
+fn other_clients_are_served(a: &Apache) {
+    let auth = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
+    let mcp = format!("{}/mcp.php", a.state.url);
+    let name = "autre.txt";
+    let content = bytes(10_000, 40);
+    let (_d, path) = local_file(name, &content);
+    let form = format!("fichier=@\"{}\"", path.display());
+    let up = curl(&[
+        "--max-time",
+        "30",
+        "-H",
+        &format!("Authorization: Bearer {}", a.state.token),
+        "-F",
+        &form,
+        &format!("{}/upload.php", a.state.url),
+    ]);
+    assert_eq!(up.status, 200, "upload: {}\n{}", up.text(), a.state.logs());
+    let link = up.json()["url_telechargement"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let d = curl(&["--max-time", "30", &link]);
+    assert_eq!(d.status, 200, "download: {}", d.text());
+    assert!(d.body == content);
+    for mode in ["base64", "lien"] {
+        let body = common::tools_call(9, json!({"nom_fichier": name, "mode": mode})).to_string();
+        let r = curl(&[
+            "--max-time",
+            "30",
+            "-X",
+            "POST",
+            "-H",
+            &auth,
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            &body,
+            &mcp,
+        ]);
+        // Never the reply itself in a message: in mode lien it holds a capability.
+        assert_eq!(r.status, 200, "MCP {mode}: {}", r.json()["error"]);
+        assert_eq!(
+            r.json()["result"]["isError"],
+            false,
+            "MCP {mode}: {}",
+            r.json()["error"]
+        );
+    }
+}
+
+/// The most descriptors a process of the binary holds, sampled now.
+fn most_descriptors(pids: &[u32]) -> usize {
+    pids.iter()
+        .map(|&p| common::apache::open_descriptors(p))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Samples the descriptors of `pids()` every 50 ms for `at_least`, and while `work` runs.
+fn peak_descriptors_during(
+    pids: &(dyn Fn() -> Vec<u32> + Sync),
+    at_least: std::time::Duration,
+    work: impl FnOnce(),
+) -> usize {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let start = std::time::Instant::now();
+            let mut peak = 0;
+            while start.elapsed() < at_least || !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                peak = peak.max(most_descriptors(&pids()));
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            peak
+        });
+        work();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        sampler.join().unwrap()
+    })
+}
+
+/// An authenticated reader (read scope only) sends one batch of 1 300 base64 calls on a 4 KB
+/// file and reads the reply slowly, under mod_fcgid with the default soft limit of 1 024
+/// descriptors: the process that serves it holds at most the cap of base64 files (plus what any
+/// process holds), the reply returns exactly that many contents and the error for each other
+/// call, each call has its log line, and the site's other clients are answered meanwhile.
+#[test]
+fn a_slow_flood_of_base64_calls_holds_few_descriptors_under_mod_fcgid() {
+    let idp = IntrospectionServer::start(RESOURCE);
+    let a = apache_with_nofile(&idp);
+    let content = bytes(4096, 31);
+    let (_d, path) = local_file("petit.bin", &content);
+    assert_eq!(upload(&a.state, &path).status, 200);
+    let idle = most_descriptors(&a.binary_pids());
+
+    let flood = SlowReply::post(a.state.port, &flood_batch("petit.bin"));
+    let peak = peak_descriptors_during(
+        &|| a.binary_pids(),
+        std::time::Duration::from_secs(3),
+        || other_clients_are_served(&a),
+    );
+    eprintln!(
+        "descriptors of a process of the binary: {idle} idle, {peak} at most during the flood"
+    );
+    assert!(
+        peak <= BASE64_FILES_PER_REQUEST + DESCRIPTOR_MARGIN,
+        "a process held {peak} descriptors while a flood's reply waited"
+    );
+    assert_flood_answers(&flood.finish(), &content);
+    let log = std::fs::read_to_string(a.state.log_file()).unwrap();
+    let lines = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(
+        lines("MCP tools/call recuperer_fichier(mode=base64) — \"petit.bin\""),
+        FLOOD_CALLS as usize,
+        "one log line per call"
+    );
+    assert_eq!(
+        lines("\"petit.bin\" — trop d'appels base64 dans la requête (au plus 2) — REFUSÉ"),
+        FLOOD_CALLS as usize - BASE64_FILES_PER_REQUEST
+    );
+}
+
+/// A private Apache with mod_fcgid whose binary introspects at `idp`, everything limited to
+/// 1 024 descriptors.
+fn apache_with_nofile(idp: &IntrospectionServer) -> Apache {
+    let url = toml_string(&idp.url());
+    let id = toml_string(introspection::CLIENT_ID);
+    let secret = toml_string(introspection::CLIENT_SECRET);
+    let resource = toml_string(RESOURCE);
+    Apache::with_nofile(
+        Mode::Fcgid,
+        &[
+            ("oauth_url", "\"http://127.0.0.1:9/as\""),
+            ("oauth_introspection_url", &url),
+            ("oauth_client_id", &id),
+            ("oauth_client_secret", &secret),
+            ("mcp_resource_url", &resource),
+        ],
+        1024,
+    )
+}

@@ -1,15 +1,17 @@
 //! The memory of one `/mcp.php` request does not grow with the batch: the real binary
 //! (`--listen unix:…`), a real introspection server, a 5 MiB file and a legacy-era batch of 20
 //! `recuperer_fichier mode="base64"` calls; the process's peak resident memory (`VmHWM` in
-//! `/proc/<pid>/status`) stays under [`BOUND_KIB`].
+//! `/proc/<pid>/status`) stays under [`BOUND_KIB`]. Nor do its open descriptors, when its
+//! reply is read slowly (`/proc/<pid>/fd`).
 //!
-//! A memory bound is a correctness property (documented in docs/GARANTIES.md), not a timing.
+//! A memory or descriptor bound is a correctness property (documented in docs/GARANTIES.md), not
+//! a timing.
 
 mod common;
 
 use base64::Engine;
 use common::ListenWithIntrospection;
-use common::fcgi::{FcgiClient, FcgiResponse};
+use common::fcgi::{self as fcgi, FcgiClient, FcgiResponse};
 use common::introspection;
 use serde_json::{Value, json};
 
@@ -66,10 +68,44 @@ impl Server {
         )
     }
 
+    /// The parameters of a POST to /mcp.php without MCP-Protocol-Version, bearing an active
+    /// OAuth token, for a body of `len` bytes.
+    fn mcp_params(len: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("REQUEST_METHOD", "POST".into()),
+            ("SCRIPT_NAME", "/mcp.php".into()),
+            ("REQUEST_URI", "/mcp.php".into()),
+            ("CONTENT_TYPE", "application/json".into()),
+            (
+                "HTTP_AUTHORIZATION",
+                format!("Bearer {}", introspection::TOK_ACTIVE),
+            ),
+            ("CONTENT_LENGTH", len.into()),
+            ("GATEWAY_INTERFACE", "CGI/1.1".into()),
+        ]
+    }
+
+    /// `GET /download.php?fichier=<name>&token=<token_acces>`.
+    fn download(&self, name: &str) -> FcgiResponse {
+        let query = format!("fichier={name}&token={TOKEN}");
+        self.call(
+            &[
+                ("REQUEST_METHOD", "GET"),
+                ("SCRIPT_NAME", "/download.php"),
+                ("REQUEST_URI", "/download.php"),
+                ("QUERY_STRING", &query),
+            ],
+            b"",
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.guard.child.id()
+    }
+
     /// `VmHWM` of the server process, in KiB.
     fn peak_rss_kib(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.0.guard.child.id())).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -127,22 +163,26 @@ fn a_batch_of_base64_calls_gets_one_file_per_request_and_bounded_memory() {
 }
 
 #[test]
-fn the_memory_bound_holds_when_the_budget_lets_every_call_through() {
-    // 20 × 5 MiB = 100 MiB of files, 133 MiB of base64 in one reply: the files are encoded while
-    // the reply is written, never held in memory.
+fn the_memory_bound_holds_when_the_budget_lets_the_largest_files_through() {
+    // Two calls return 2 × 40 MiB = 80 MiB of files, 107 MiB of base64 in one reply (two is the
+    // cap of files per request): the files are encoded while the reply is written, never held
+    // in memory.
     let s = Server::start("taille_max_base64_octets = 104857600");
-    let data = common::bytes(5 * MIB, 10);
+    let data = common::bytes(40 * MIB, 10);
     s.upload("gros.bin", &data);
     let r = s.mcp(&base64_batch(20));
     assert_eq!(r.status, 200);
     let v: Value = serde_json::from_slice(&r.body).unwrap();
     let answers = v.as_array().unwrap();
     assert_eq!(answers.len(), 20);
-    for a in answers {
+    for a in &answers[..2] {
         assert!(returned_content(a) == data);
     }
+    for a in &answers[2..] {
+        assert_eq!(a["error"]["code"], -32000, "{}", clip(a));
+    }
     let peak = s.peak_rss_kib();
-    eprintln!("VmHWM after a 20-call base64 batch on 5 MiB (budget 100 MiB): {peak} KiB");
+    eprintln!("VmHWM after a 20-call base64 batch on 40 MiB (budget 100 MiB): {peak} KiB");
     assert!(peak < BOUND_KIB, "VmHWM {peak} KiB ≥ {BOUND_KIB} KiB");
 }
 
@@ -199,4 +239,144 @@ fn the_memory_bound_holds_for_the_largest_batch_of_tool_lists() {
         r.body.len()
     );
     assert!(peak < BOUND_KIB, "VmHWM {peak} KiB ≥ {BOUND_KIB} KiB");
+}
+
+/// Files one HTTP request may return in base64, as the README and `docs/GARANTIES.md` state it.
+const BASE64_FILES_PER_REQUEST: usize = 2;
+
+/// Descriptors the process holds besides its connections and the files of its base64 replies:
+/// standard streams, the listening socket, the runtime's, the store's folders, the log (23 when
+/// idle).
+const DESCRIPTOR_MARGIN: usize = 32;
+
+/// A flood batch sent on its own connection, whose reply is read as far as its first record
+/// only: the rest waits in the server (like behind nginx with `fastcgi_buffering off`, as
+/// shipped, when the client reads slowly) until [`Flood::finish`].
+struct Flood {
+    client: FcgiClient,
+    stdout: Vec<u8>,
+}
+
+impl Flood {
+    fn send(s: &Server, body: &[u8]) -> Flood {
+        let mut client = FcgiClient::unix(&s.0.socket).unwrap();
+        let len = body.len().to_string();
+        let params = Server::mcp_params(&len);
+        let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        client.send_begin(1, fcgi::ROLE_RESPONDER, 0).unwrap();
+        client.send_params(1, &params).unwrap();
+        client.send_stdin(1, body).unwrap();
+        client.send_stdin(1, b"").unwrap();
+        let first = client.read_record().unwrap().expect("a first record");
+        assert_eq!(first.record_type, fcgi::STDOUT, "{first:?}");
+        Flood {
+            client,
+            stdout: first.content,
+        }
+    }
+
+    /// Reads the rest of the reply; returns its JSON body.
+    fn finish(mut self) -> Value {
+        loop {
+            let rec = self.client.read_record().unwrap().expect("END_REQUEST");
+            match rec.record_type {
+                fcgi::STDOUT => self.stdout.extend_from_slice(&rec.content),
+                fcgi::END_REQUEST => break,
+                _ => {}
+            }
+        }
+        let end = self
+            .stdout
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("CGI headers");
+        let head = String::from_utf8_lossy(&self.stdout[..end]).into_owned();
+        assert!(
+            !head.contains("Status:") || head.contains("Status: 200"),
+            "{head}"
+        );
+        serde_json::from_slice(&self.stdout[end + 4..]).unwrap()
+    }
+}
+
+/// An authenticated reader (read scope only) holds four connections to one `--listen` process,
+/// the process limited to the 1 024 descriptors a service gets by default, and on each sends a
+/// batch of 1 300 base64 calls on a 4 KB file and reads its reply slowly: the process holds at
+/// most each connection's socket and the cap of base64 files (plus what it holds anyway), answers
+/// its other clients meanwhile (an upload, a download, MCP calls), and each reply returns exactly
+/// the cap of contents and the error for each other call. Before the cap, the first flood took
+/// all 1 024 descriptors until its reply was read, and the upload got 500.
+#[test]
+fn slow_floods_of_base64_calls_leave_a_listen_process_its_descriptors() {
+    let s = Server::start("");
+    let pid = s.pid();
+    rustix::process::prlimit(
+        rustix::process::Pid::from_raw(pid as i32),
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(1024),
+            maximum: Some(1024),
+        },
+    )
+    .unwrap();
+    let data = common::bytes(4096, 12);
+    s.upload("petit.bin", &data);
+    let descriptors = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let idle = descriptors();
+
+    let batch = Value::Array(
+        (1..=1300)
+            .map(|id| common::tools_call(id, json!({"nom_fichier": "petit.bin", "mode": "base64"})))
+            .collect(),
+    );
+    let body = batch.to_string();
+    let floods: Vec<Flood> = (0..4).map(|_| Flood::send(&s, body.as_bytes())).collect();
+    let mut held = descriptors();
+
+    // Other clients, while the four replies wait.
+    let other = common::bytes(10_000, 13);
+    s.upload("autre.txt", &other);
+    held = held.max(descriptors());
+    let d = s.download("autre.txt");
+    assert_eq!(d.status, 200, "{}", clip(&d.text()));
+    assert!(d.body == other);
+    for mode in ["base64", "lien"] {
+        let r = s.mcp(&common::tools_call(
+            9,
+            json!({"nom_fichier": "autre.txt", "mode": mode}),
+        ));
+        // Never the reply itself in a message: in mode lien it holds a capability.
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(r.status, 200, "{}", v["error"]);
+        assert_eq!(v["result"]["isError"], false, "{}", v["error"]);
+    }
+    held = held.max(descriptors());
+    eprintln!("descriptors of the --listen process: {idle} idle, {held} with 4 floods waiting");
+    assert!(
+        held <= 4 * (1 + BASE64_FILES_PER_REQUEST) + DESCRIPTOR_MARGIN,
+        "the process held {held} descriptors while 4 floods' replies waited"
+    );
+
+    for f in floods {
+        let v = f.finish();
+        let answers = v.as_array().unwrap();
+        assert_eq!(answers.len(), 1300);
+        for (i, a) in answers.iter().enumerate() {
+            if i < BASE64_FILES_PER_REQUEST {
+                assert!(returned_content(a) == data, "answer {i}");
+            } else {
+                assert_eq!(a["error"]["code"], -32000, "answer {i}: {}", clip(a));
+                let msg = a["error"]["message"].as_str().unwrap();
+                assert!(
+                    msg.contains("au plus 2 fichiers y sont rendus en base64")
+                        && msg.contains("mode=\"lien\""),
+                    "answer {i}: {msg}"
+                );
+            }
+        }
+    }
 }

@@ -528,42 +528,118 @@ async fn legacy_tools_call() {
 }
 
 #[tokio::test]
-async fn base64_budget_is_per_http_request() {
-    // taille_max_base64_octets bounds the sum of the files one HTTP request returns in base64.
-    let e = env("taille_max_base64_octets = 10");
+async fn base64_files_per_request_are_capped() {
+    // However small its files, one HTTP request returns at most two in base64: each stays open
+    // until its content is written. The calls past the cap are refused before their file is
+    // looked up (not counted as a download), each with its error and its log line.
+    let e = env("");
     e.put("a.bin", b"0123");
-    let b64 = |id: i64| common::tools_call(id, json!({"nom_fichier":"a.bin","mode":"base64"}));
+    e.put("vieux.bin", b"x");
+    let old = common::set_age(&e.file("vieux.bin"), 120);
+    let call = |id: i64, name: &str| {
+        common::tools_call(id, json!({"nom_fichier": name, "mode": "base64"}))
+    };
     let batch = json!([
-        b64(1),
-        {"jsonrpc":"2.0","id":2,"method":"ping"},
-        b64(3),
-        b64(4),
-        common::tools_call(5, json!({"nom_fichier":"a.bin","mode":"lien"})),
-        b64(6),
+        call(1, "a.bin"),
+        call(2, "absent.bin"),
+        call(3, "a.bin"),
+        call(4, "a.bin"),
+        call(5, "vieux.bin"),
+        call(6, "absent.bin"),
+        common::tools_call(7, json!({"nom_fichier":"a.bin","mode":"lien"})),
     ]);
     let a = e.post(&[], batch).await;
     assert_eq!(a.status, 200);
     let v = a.json();
     let answers = v.as_array().unwrap();
-    assert_eq!(answers.len(), 6);
+    assert_eq!(answers.len(), 7);
     let s = json!({"nom":"a.bin","contenu_base64":"MDEyMw==","taille_octets":4});
     for i in [0, 2] {
+        assert_eq!(
+            answers[i]["result"]["content"][0]["text"],
+            s.to_string(),
+            "{i}"
+        );
+    }
+    // A missing file before the cap is the usual error and does not count.
+    assert!(
+        answers[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Fichier introuvable ou expiré")
+    );
+    for i in [3, 4, 5] {
+        assert_eq!(answers[i]["error"]["code"], -32000, "{i}");
+        let msg = answers[i]["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("au plus 2 fichiers y sont rendus en base64")
+                && msg.contains("un seul appel mode=\"base64\" par requête")
+                && msg.contains("mode=\"lien\""),
+            "{i}: {msg}"
+        );
+    }
+    // A link is not capped.
+    assert_eq!(answers[6]["result"]["isError"], false);
+    let log = log_text(e.dir.path());
+    for name in ["a.bin", "vieux.bin", "absent.bin"] {
+        assert_eq!(
+            log.matches(&format!(
+                "(mode=base64) — \"{name}\" — trop d'appels base64 dans la requête (au plus 2) — REFUSÉ"
+            ))
+            .count(),
+            1,
+            "{name}: {log}"
+        );
+    }
+    // vieux.bin, asked for past the cap only, was not retrieved: no download counted.
+    let mtime = std::fs::metadata(e.file("vieux.bin"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert!(
+        mtime < old + Duration::from_secs(60),
+        "vieux.bin was touched"
+    );
+    // The modern era (one call per request) and the next request have their own count.
+    let a = e.post(&[], call(8, "a.bin")).await;
+    assert_eq!(a.json()["result"]["content"][0]["text"], s.to_string());
+}
+
+#[tokio::test]
+async fn base64_budget_is_per_http_request() {
+    // taille_max_base64_octets bounds the sum of the files one HTTP request returns in base64.
+    let e = env("taille_max_base64_octets = 10");
+    e.put("a.bin", b"0123");
+    e.put("b.bin", b"0123456");
+    let b64 = |id: i64| common::tools_call(id, json!({"nom_fichier":"a.bin","mode":"base64"}));
+    let batch = json!([
+        b64(1),
+        {"jsonrpc":"2.0","id":2,"method":"ping"},
+        common::tools_call(3, json!({"nom_fichier":"b.bin","mode":"base64"})),
+        b64(4),
+        common::tools_call(5, json!({"nom_fichier":"a.bin","mode":"lien"})),
+    ]);
+    let a = e.post(&[], batch).await;
+    assert_eq!(a.status, 200);
+    let v = a.json();
+    let answers = v.as_array().unwrap();
+    assert_eq!(answers.len(), 5);
+    let s = json!({"nom":"a.bin","contenu_base64":"MDEyMw==","taille_octets":4});
+    for i in [0, 3] {
         assert_eq!(
             answers[i]["result"],
             json!({"content":[{"type":"text","text":s.to_string()}],"isError":false}),
             "{i}"
         );
     }
-    for i in [3, 5] {
-        assert_eq!(answers[i]["error"]["code"], -32000, "{i}");
-        let msg = answers[i]["error"]["message"].as_str().unwrap();
-        assert!(
-            msg.contains("un seul appel mode=\"base64\" par requête"),
-            "{msg}"
-        );
-        assert!(msg.contains("mode=\"lien\""), "{msg}");
-        assert!(msg.contains("8 octets déjà rendus"), "{msg}");
-    }
+    assert_eq!(answers[2]["error"]["code"], -32000);
+    let msg = answers[2]["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("un seul appel mode=\"base64\" par requête"),
+        "{msg}"
+    );
+    assert!(msg.contains("mode=\"lien\""), "{msg}");
+    assert!(msg.contains("4 octets déjà rendus"), "{msg}");
     assert_eq!(answers[1]["result"], json!({}));
     assert!(
         answers[4]["result"]["content"][0]["text"]
@@ -573,7 +649,7 @@ async fn base64_budget_is_per_http_request() {
     );
     let log = log_text(e.dir.path());
     assert!(
-        log.contains("(mode=base64) — \"a.bin\" — budget base64 de la requête dépassé (4 octets, 8 déjà rendus) — REFUSÉ"),
+        log.contains("(mode=base64) — \"b.bin\" — budget base64 de la requête dépassé (7 octets, 4 déjà rendus) — REFUSÉ"),
         "{log}"
     );
     // The next request has a budget of its own.

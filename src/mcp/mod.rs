@@ -92,7 +92,7 @@ fn rpc_error_response(e: &RpcError) -> Response {
 /// and the file's index, only letters and digits, written as is at every JSON nesting level.
 ///
 /// Also the per-request base64 budget: the files returned in base64 by one HTTP request add up
-/// to at most `taille_max_base64_octets`.
+/// to at most `taille_max_base64_octets`, and number at most [`BASE64_FILES_PER_REQUEST`].
 pub struct Base64Splice {
     nonce: String,
     files: Vec<Base64File>,
@@ -101,6 +101,28 @@ pub struct Base64Splice {
 
 /// Digits of a placeholder's file index.
 const INDEX_DIGITS: usize = 8;
+
+/// Files one HTTP request may return in base64 (a 2025-03-26 batch; the other eras have one call
+/// per request). Each stays open until its content is written, as slowly as the client reads the
+/// reply, so the number of files is what must be bounded, not only their bytes: 1 280 calls on a
+/// 4 KB file fit the 5 MiB budget, and such a batch held 1 023 descriptors, every one the process
+/// had, so that its other requests needing one got 500. The calls past the cap are refused before
+/// their file is looked up (-32000, `isError` in 2026-07-28). Two: with `--listen`,
+/// [`crate::fastcgi::LISTEN_MAX_CONNS`] connections each holding its socket and this many files
+/// stay within [`DESCRIPTORS_FOR_CONNECTIONS`] (checked at compile time), about what as many
+/// downloads (a socket and a file each) hold; an agent makes one base64 call per request anyway.
+pub const BASE64_FILES_PER_REQUEST: usize = 2;
+
+/// The descriptors the connections of one process may hold: the usual soft limit (1 024, the
+/// default of Linux and of systemd services) less a reserve for what the process holds anyway:
+/// standard streams, the listening socket, the store's folders, the log, the runtime's own (about
+/// 25 in an idle process, measured in `/proc/<pid>/fd`).
+const DESCRIPTORS_FOR_CONNECTIONS: usize = 1024 - 64;
+
+const _: () = assert!(
+    crate::fastcgi::LISTEN_MAX_CONNS as usize * (1 + BASE64_FILES_PER_REQUEST)
+        <= DESCRIPTORS_FOR_CONNECTIONS
+);
 
 impl Base64Splice {
     /// An empty splice with a fresh random marker.
@@ -168,14 +190,20 @@ impl Default for Base64Splice {
     }
 }
 
-/// The real store as the tool's [`tool::FileSource`]: lookup (an expired file is deleted there),
-/// size and budget checks in mode base64 (the file itself is read while the reply is written, see
-/// [`Base64Splice`]), then `touch` (a retrieval counts as a download).
+/// The real store as the tool's [`tool::FileSource`]: in mode base64, the cap on files per
+/// request (before anything is opened); lookup (an expired file is deleted there); size and
+/// budget checks in mode base64 (the file itself is read while the reply is written, see
+/// [`Base64Splice`]); then `touch` (a retrieval counts as a download).
 pub fn store_source<'a>(
     app: &'a App,
     splice: &'a mut Base64Splice,
 ) -> impl FnMut(&Name, Mode) -> FileOutcome + 'a {
     move |name, mode| {
+        if mode == Mode::Base64 && splice.files.len() >= BASE64_FILES_PER_REQUEST {
+            return FileOutcome::TooMany {
+                max: BASE64_FILES_PER_REQUEST,
+            };
+        }
         let found = match app.store.lookup(name) {
             Err(StoreError::Busy) => {
                 return FileOutcome::Busy {

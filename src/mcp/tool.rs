@@ -76,6 +76,12 @@ pub enum FileOutcome {
         /// `taille_max_base64_octets`.
         max: u64,
     },
+    /// Mode base64 refused without looking the file up: this HTTP request already returns
+    /// `max` files in base64 (`super::BASE64_FILES_PER_REQUEST`).
+    TooMany {
+        /// Files one request may return in base64.
+        max: usize,
+    },
     /// The store failed (logged by the caller; the client sees an internal error).
     Error(String),
 }
@@ -312,6 +318,15 @@ pub fn call(
             )),
             Some(refused_line(&format!(
                 "{head} — budget base64 de la requête dépassé ({size} octets, {spent} déjà rendus)"
+            ))),
+        ),
+        FileOutcome::TooMany { max } => shape(
+            version,
+            Failure::Business(format!(
+                "Trop d'appels mode=\"base64\" dans une même requête HTTP : au plus {max} fichiers y sont rendus en base64, cet appel n'a pas été exécuté. Faire un seul appel mode=\"base64\" par requête, ou utiliser mode=\"lien\" pour obtenir une URL de téléchargement."
+            )),
+            Some(refused_line(&format!(
+                "{head} — trop d'appels base64 dans la requête (au plus {max})"
             ))),
         ),
         FileOutcome::Error(why) => shape(

@@ -59,10 +59,26 @@ impl Apache {
     /// Like [`Apache::with`], with `directives` appended to the server configuration (after the
     /// virtual host); `@FICHIERS@` in them is replaced by the store's folder.
     pub fn with_server_config(mode: Mode, extra: &[(&str, &str)], directives: &str) -> Apache {
+        Apache::start_with(mode, extra, directives, None)
+    }
+
+    /// Like [`Apache::with`], with Apache, everything it spawns and the `--listen` binary
+    /// limited to `nofile` open descriptors (`RLIMIT_NOFILE`, soft and hard): 1024 is the soft
+    /// limit a service gets from systemd by default, whatever the test machine's own limit is.
+    pub fn with_nofile(mode: Mode, extra: &[(&str, &str)], nofile: u64) -> Apache {
+        Apache::start_with(mode, extra, "", Some(nofile))
+    }
+
+    fn start_with(
+        mode: Mode,
+        extra: &[(&str, &str)],
+        directives: &str,
+        nofile: Option<u64>,
+    ) -> Apache {
         let mut last_error = String::new();
         // A port picked as free can be taken by a parallel test before Apache binds it: retry.
         for _ in 0..3 {
-            match Apache::try_start(mode, extra, directives) {
+            match Apache::try_start(mode, extra, directives, nofile) {
                 Ok(a) => return a,
                 Err(e) => last_error = e,
             }
@@ -70,7 +86,12 @@ impl Apache {
         panic!("private Apache did not start ({mode:?}):\n{last_error}");
     }
 
-    fn try_start(mode: Mode, extra: &[(&str, &str)], directives: &str) -> Result<Apache, String> {
+    fn try_start(
+        mode: Mode,
+        extra: &[(&str, &str)],
+        directives: &str,
+        nofile: Option<u64>,
+    ) -> Result<Apache, String> {
         let port = free_port();
         let state = State::new(port, extra);
         let fcgi_port = free_port();
@@ -121,6 +142,7 @@ impl Apache {
                 .arg(state.config())
                 .arg("--listen")
                 .arg(format!("tcp:127.0.0.1:{fcgi_port}"));
+            limit_descriptors(&mut c, nofile);
             let mut g = Guard::spawn(
                 "depot-fichiers --listen",
                 c,
@@ -143,6 +165,7 @@ impl Apache {
             .arg("-f")
             .arg(&conf)
             .arg("-DFOREGROUND");
+        limit_descriptors(&mut c, nofile);
         let mut apache = Guard::spawn("apache2", c, &state.server_log_dir().join("apache.out"));
         wait_port(port, &mut apache, Duration::from_secs(15))
             .map_err(|e| format!("{e}\n{}", state.logs()))?;
@@ -170,6 +193,19 @@ impl Apache {
     }
     pub fn error_log(&self) -> PathBuf {
         self.state.server_log_dir().join("apache-error.log")
+    }
+
+    /// The processes running this Apache's copy of the binary (mod_fcgid's children, the
+    /// `--listen` backend), by `/proc/<pid>/exe`.
+    pub fn binary_pids(&self) -> Vec<u32> {
+        let bin = self.state.bin();
+        let Ok(rd) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == bin))
+            .collect()
     }
 
     /// Fails unless everything this Apache (started as root) reads or writes is root's and
@@ -207,6 +243,28 @@ pub fn assert_root_owned(conf: &std::path::Path, pid: u32) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Sets `RLIMIT_NOFILE` (soft and hard) of the command's process to `nofile`, if given; its
+/// children inherit it.
+fn limit_descriptors(c: &mut Command, nofile: Option<u64>) {
+    use std::os::unix::process::CommandExt;
+    let Some(n) = nofile else { return };
+    let limit = rustix::process::Rlimit {
+        current: Some(n),
+        maximum: Some(n),
+    };
+    unsafe {
+        c.pre_exec(move || {
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, limit)
+                .map_err(std::io::Error::from)
+        });
+    }
+}
+
+/// The open descriptors of process `pid` (`/proc/<pid>/fd`), 0 once it is gone.
+pub fn open_descriptors(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |rd| rd.count())
 }
 
 /// The apache2 binary (Debian puts it in /usr/sbin, not always in a user's PATH).

@@ -594,7 +594,6 @@ fn t_jsonrpc(data: &[u8]) -> String {
         tool: ToolCtx {
             url_base: "https://depot.example.org",
             token_acces: TOKEN,
-            liens_par_fichier: false,
             deletion_delays: "10 minutes sans téléchargement, ou 1h maximum après le dépôt",
         },
         instructions: "instructions",

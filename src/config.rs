@@ -128,7 +128,8 @@ pub struct Config {
     /// mod_xsendfile's extra work).
     #[serde(default = "n::<MIB>")]
     pub x_sendfile_taille_min_octets: u64,
-    /// Links carry a per-file capability instead of `token_acces` (see `liens.rs`).
+    /// The upload reply's link carries a per-file capability instead of `token_acces` (see
+    /// `liens.rs`; the MCP tool's link always does).
     #[serde(default)]
     pub liens_par_fichier: bool,
 }
@@ -534,6 +535,23 @@ impl Config {
         }
         out
     }
+
+    /// What `check-config` says about the links this configuration hands out (French sentences,
+    /// without the secrets), on stdout: with `liens_par_fichier = false`, the upload reply's link
+    /// carries `token_acces`, and the MCP tool's never does.
+    pub fn notes(&self) -> Vec<String> {
+        if self.liens_par_fichier {
+            return Vec::new();
+        }
+        vec![
+            "liens_par_fichier = false : le lien rendu par upload.php (url_telechargement) porte \
+             token_acces lui-même, qui permet aussi de déposer et de lire tout fichier ; celui de \
+             l'outil MCP recuperer_fichier (mode=\"lien\") porte à la place une capacité propre \
+             à ce fichier, jamais token_acces (un client OAuth ne reçoit pas le secret du dépôt). \
+             liens_par_fichier = true donne aussi au dépôt des liens par fichier."
+                .to_string(),
+        ]
+    }
 }
 
 #[cfg(test)]
@@ -723,6 +741,19 @@ oauth_client_secret = "s3cr3t-s3cr3t"
     fn defaults_are_within_bounds() {
         let c = parse(MINIMAL).unwrap();
         check_bounds(&toml::Table::try_from(&c).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn check_config_says_which_links_carry_token_acces() {
+        let off = parse(MINIMAL).unwrap();
+        let notes = off.notes();
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("upload.php (url_telechargement) porte token_acces"));
+        assert!(notes[0].contains("outil MCP recuperer_fichier"));
+        assert!(notes[0].contains("jamais token_acces"));
+        assert!(!notes[0].contains("0123456789abcdef"), "no secret");
+        let on = parse(&format!("{MINIMAL}\nliens_par_fichier = true")).unwrap();
+        assert!(on.notes().is_empty());
     }
 
     #[test]

@@ -159,16 +159,15 @@ fn sendfile_path(app: &App, found: &Found) -> Option<String> {
     value
 }
 
-/// Who may read what: `token_acces` opens every name (then the name is checked: 400); with
-/// `liens_par_fichier`, a capability opens the one upload of the one name it was issued for
-/// (`Some(upload)`, compared with the sidecar after the look-up). Anything else is refused
-/// before the store is looked at, so a forged capability cannot probe which names exist.
+/// Who may read what: `token_acces` opens every name (then the name is checked: 400); a
+/// capability opens the one upload of the one name it was issued for (`Some(upload)`, compared
+/// with the sidecar after the look-up), whatever `liens_par_fichier` says: the MCP tool hands
+/// them out in every configuration, and one opens strictly less than `token_acces`. Anything else
+/// is refused before the store is looked at, so a forged capability cannot probe which names
+/// exist.
 fn authorise(app: &App, token: &[u8], raw: &[u8]) -> Result<(Name, Option<UploadId>), ApiError> {
     if token_matches(token, &app.cfg.token_acces) {
         return Ok((Name::parse(raw)?, None));
-    }
-    if !app.cfg.liens_par_fichier {
-        return Err(ApiError::TokenInvalide);
     }
     let name = Name::parse(raw).map_err(|_| ApiError::TokenInvalide)?;
     let checked = liens::verify(

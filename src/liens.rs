@@ -1,6 +1,10 @@
-//! Per-file download links (`liens_par_fichier = true`): the `token=` of a `url_telechargement`
-//! is a capability for one upload of one name instead of `token_acces`, so that whoever receives a
-//! link (a connector, a third party) can fetch that file and nothing else, and cannot upload.
+//! Per-file download links: the `token=` of a `url_telechargement` is a capability for one upload
+//! of one name instead of `token_acces`, so that whoever receives a link (a connector, a third
+//! party) can fetch that file and nothing else, and cannot upload. The MCP tool always hands out
+//! such links (its clients hold an OAuth token, never `token_acces`); the upload reply does when
+//! `liens_par_fichier = true` (otherwise it gives its bearer, who holds `token_acces` already, the
+//! specification's link). `download.php` accepts a genuine capability whatever the option says:
+//! it opens strictly less than `token_acces`.
 //!
 //! Design (no new state on disk: everything is recomputed from the configuration and the sidecar):
 //!
@@ -178,7 +182,7 @@ pub fn verify(
 }
 
 /// The `url_telechargement` of one upload of `name`: with `token_acces` (the specification's link),
-/// or, when `per_file`, with the capability of that upload.
+/// or, when `per_file`, with the capability of that upload ([`capability_url`]).
 pub fn download_url(
     url_base: &str,
     token_acces: &str,
@@ -189,6 +193,12 @@ pub fn download_url(
     if !per_file {
         return crate::names::download_url(url_base, name, token_acces);
     }
+    capability_url(url_base, token_acces, name, upload)
+}
+
+/// The link of one upload of `name` whose `token=` is that upload's capability, never
+/// `token_acces`: what the MCP tool returns in mode `lien`, whatever `liens_par_fichier` says.
+pub fn capability_url(url_base: &str, token_acces: &str, name: &Name, upload: UploadId) -> String {
     format!(
         "{url_base}/download.php?fichier={}&token={}",
         name.percent_encoded(),
@@ -373,6 +383,8 @@ mod tests {
             .strip_prefix("https://d.example/download.php?fichier=rapport%20final.pdf&token=")
             .unwrap();
         assert_eq!(check(cap, "rapport final.pdf", NOW), Ok(UP));
+        // The link of the MCP tool: the capability, option or not.
+        assert_eq!(on, capability_url("https://d.example", TOKEN, &n, UP));
     }
 
     #[test]

@@ -116,6 +116,9 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
             path.display()
         );
     }
+    for note in cfg.notes() {
+        outln!("# note : {note}");
+    }
     let (lines, refused) = depot_fichiers::folders::report(&cfg.dossier_fichiers, &cfg.dossier_log);
     for line in &lines {
         outln!("{line}");

@@ -1,8 +1,10 @@
-//! `liens_par_fichier = true` end to end, through a private Apache with mod_fcgid (the production
-//! setup): the links of the upload reply and of the MCP tool carry a per-file capability instead
-//! of `token_acces`, which opens that upload of that name only, never another name, never an
-//! upload, and not after the file's latest possible expiry. A forged capability is refused
-//! before any look-up (the same 401 whether the name exists or not).
+//! Per-file links end to end, through a private Apache with mod_fcgid (the production setup):
+//! with `liens_par_fichier = true` the links of the upload reply and of the MCP tool carry a
+//! per-file capability instead of `token_acces`, which opens that upload of that name only, never
+//! another name, never an upload, and not after the file's latest possible expiry. A forged
+//! capability is refused before any look-up (the same 401 whether the name exists or not). With
+//! the option off, the upload reply keeps the specification's link, and the MCP tool's link is
+//! still a capability, never `token_acces`.
 //!
 //! Capabilities are secrets: they are registered with the secrets audit and never printed in
 //! full by these tests.
@@ -179,7 +181,7 @@ fn capability_from_sidecar(state: &State, name: &str) -> String {
 }
 
 #[test]
-fn the_link_is_bound_to_the_sidecar_and_the_option_off_accepts_no_capability() {
+fn the_link_is_bound_to_the_sidecar_and_the_option_off_still_honours_a_capability() {
     let on = Apache::with(Mode::Fcgid, &[ON]);
     let link = upload_link(&on.state, "lie.txt", b"x");
     assert_eq!(
@@ -187,8 +189,8 @@ fn the_link_is_bound_to_the_sidecar_and_the_option_off_accepts_no_capability() {
         capability_from_sidecar(&on.state, "lie.txt")
     );
 
-    // Option off (the default): the links are the specification's, and even a genuine capability
-    // opens nothing.
+    // Option off (the default): the upload reply's link is the specification's, and a genuine
+    // capability (what the MCP tool hands out) opens that upload of that name, and nothing else.
     let off = Apache::start();
     let s = &off.state;
     let (_d, path) = local_file("lie.txt", b"x");
@@ -197,7 +199,19 @@ fn the_link_is_bound_to_the_sidecar_and_the_option_off_accepts_no_capability() {
     let link = r.json()["url_telechargement"].as_str().unwrap().to_string();
     assert_eq!(link, download(s, "lie.txt", &s.token));
     let cap = capability_from_sidecar(s, "lie.txt");
-    assert_refused(&curl(&[&download(s, "lie.txt", &cap)]), "option off");
+    let d = curl(&[&download(s, "lie.txt", &cap)]);
+    assert_eq!(d.status, 200, "{}", d.text());
+    assert_eq!(d.body, b"x");
+    let (_e, other) = local_file("autre.txt", b"y");
+    assert_eq!(upload(s, &other).status, 200);
+    assert_refused(
+        &curl(&[&download(s, "autre.txt", &cap)]),
+        "option off, other name",
+    );
+    assert_refused(
+        &curl(&[&download(s, "lie.txt", &forged(&cap))]),
+        "option off, forged",
+    );
     assert_eq!(curl(&[&link]).status, 200);
 }
 
@@ -338,6 +352,142 @@ fn the_mcp_link_carries_a_capability_that_downloads() {
     let d = curl(&[link]);
     assert_eq!(d.status, 200, "{}", d.text());
     assert!(d.body == content);
+}
+
+/// With `liens_par_fichier = false` (the default), an OAuth client that may only read gets
+/// from `recuperer_fichier` in mode `lien` a link whose `token=` is that upload's capability,
+/// never `token_acces` (which appears nowhere in the reply, in either era): the link downloads
+/// the file, the same capability opens no other name and uploads nothing. `check-config` says
+/// which links carry `token_acces`.
+#[test]
+fn with_the_option_off_the_mcp_link_never_carries_token_acces() {
+    let idp = IntrospectionServer::start(RESOURCE);
+    let url = toml_string(&idp.url());
+    let id = toml_string(introspection::CLIENT_ID);
+    let secret = toml_string(introspection::CLIENT_SECRET);
+    let resource = toml_string(RESOURCE);
+    let a = Apache::with(
+        Mode::Fcgid,
+        &[
+            ("liens_par_fichier", "false"),
+            ("oauth_url", "\"http://127.0.0.1:9/as\""),
+            ("oauth_introspection_url", &url),
+            ("oauth_client_id", &id),
+            ("oauth_client_secret", &secret),
+            ("mcp_resource_url", &resource),
+        ],
+    );
+    let s = &a.state;
+    let content = bytes(3000, 24);
+    let (_d, path) = local_file("rapport final.pdf", &content);
+    let up = upload(s, &path);
+    assert_eq!(up.status, 200, "{}", up.text());
+    // The bearer of token_acces keeps the specification's link.
+    assert_eq!(
+        up.json()["url_telechargement"],
+        json!(download(s, "rapport%20final.pdf", &s.token))
+    );
+    let (_e, other) = local_file("autre.txt", b"autre");
+    assert_eq!(upload(s, &other).status, 200);
+
+    let mcp = format!("{}/mcp.php", s.url);
+    let auth = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
+    let legacy = common::tools_call(
+        2,
+        json!({"nom_fichier": "rapport final.pdf", "mode": "lien"}),
+    )
+    .to_string();
+    let modern = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "recuperer_fichier",
+        "arguments": {"nom_fichier": "rapport final.pdf"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }
+    }})
+    .to_string();
+    let mut links = Vec::new();
+    for (body, headers) in [
+        (&legacy, vec![]),
+        (
+            &modern,
+            vec![
+                "MCP-Protocol-Version: 2026-07-28",
+                "Mcp-Method: tools/call",
+                "Mcp-Name: recuperer_fichier",
+            ],
+        ),
+    ] {
+        let mut args = vec![
+            "-X",
+            "POST",
+            "-H",
+            &auth,
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            body,
+        ];
+        for h in &headers {
+            args.extend(["-H", h]);
+        }
+        args.push(&mcp);
+        let r = curl(&args);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), s.logs());
+        assert!(
+            !r.text().contains(&s.token),
+            "token_acces in the MCP reply ({} bytes)",
+            r.body.len()
+        );
+        let v = r.json();
+        assert_eq!(v["result"]["isError"], false, "{}", v["error"]);
+        let text = v["result"]["content"][0]["text"].as_str().unwrap();
+        let sc: Value = serde_json::from_str(text).unwrap();
+        links.push(sc["url_telechargement"].as_str().unwrap().to_string());
+    }
+    // The same capability in both eras: that of the upload, computed from its sidecar.
+    assert_eq!(links[0], links[1]);
+    let link = &links[0];
+    let cap = capability_of(s, link);
+    assert_eq!(cap, capability_from_sidecar(s, "rapport final.pdf"));
+    assert_eq!(*link, download(s, "rapport%20final.pdf", &cap));
+
+    let d = curl(&[link]);
+    assert_eq!(d.status, 200, "{}", d.text());
+    assert!(d.body == content);
+    assert_refused(&curl(&[&download(s, "autre.txt", &cap)]), "other name");
+    let (_f, p) = local_file("rapport final.pdf", b"remplacement");
+    let form = format!("fichier=@\"{}\"", p.display());
+    let r = curl(&[
+        "-H",
+        &format!("Authorization: Bearer {cap}"),
+        "-F",
+        &form,
+        &format!("{}/upload.php", s.url),
+    ]);
+    assert_refused(&r, "upload with the MCP capability");
+    assert!(curl(&[link]).body == content, "the file was replaced");
+
+    // check-config says which links carry token_acces.
+    let mut c = common::as_run_user(s, &s.bin().display().to_string());
+    let o = c
+        .arg("--config")
+        .arg(s.config())
+        .arg("check-config")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("# note : liens_par_fichier = false : le lien rendu par upload.php (url_telechargement) porte token_acces")
+            && l.contains("outil MCP recuperer_fichier (mode=\"lien\") porte à la place une capacité propre à ce fichier, jamais token_acces")),
+        "{out}"
+    );
+    assert!(!out.contains(&s.token));
 }
 
 const RESOURCE: &str = "https://depot.example.org/mcp.php";

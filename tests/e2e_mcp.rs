@@ -84,19 +84,23 @@ fn tools_call_with_a_valid_token_gives_the_link_through_apache() {
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v = r.json();
     assert_eq!(v["id"], 2);
-    assert_eq!(v["result"]["isError"], false, "{v}");
+    assert_eq!(v["result"]["isError"], false, "{}", v["error"]);
     // No MCP-Protocol-Version header means 2025-03-26: the result is the text block's JSON.
     let text = v["result"]["content"][0]["text"].as_str().unwrap();
     let sc: serde_json::Value = serde_json::from_str(text).unwrap();
     assert_eq!(sc["nom"], "rapport final.pdf");
     assert_eq!(sc["taille_octets"], 3000);
     let link = sc["url_telechargement"].as_str().unwrap();
-    assert_eq!(
-        link,
-        format!(
-            "{}/download.php?fichier=rapport%20final.pdf&token={}",
-            a.state.url, a.state.token
-        )
+    // A per-file capability, never token_acces (an OAuth client may only read).
+    let prefix = format!(
+        "{}/download.php?fichier=rapport%20final.pdf&token=l1.",
+        a.state.url
+    );
+    assert!(link.starts_with(&prefix), "not a per-file link");
+    common::audit::secret(link.rsplit_once("&token=").unwrap().1);
+    assert!(
+        !r.text().contains(&a.state.token),
+        "token_acces in the reply"
     );
     let d = curl(&[link]);
     assert_eq!(d.status, 200);

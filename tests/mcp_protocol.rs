@@ -73,6 +73,31 @@ impl Env {
         self.dir.path().join("files").join(name)
     }
 
+    /// The link `recuperer_fichier` gives for the file stored as `name`: its capability,
+    /// computed from its sidecar and inode, never `token_acces`.
+    fn link(&self, name: &str) -> String {
+        let sidecar = self
+            .dir
+            .path()
+            .join("files/.meta")
+            .join(format!("{name}.json"));
+        let sc: depot_fichiers::store::Sidecar =
+            serde_json::from_slice(&std::fs::read(sidecar).unwrap()).unwrap();
+        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(self.file(name)).unwrap());
+        let parsed = Name::parse(name.as_bytes()).unwrap();
+        let upload = depot_fichiers::liens::UploadId::of(&sc, ino);
+        let link = depot_fichiers::liens::download_url(
+            "https://depot.example.org",
+            TOKEN_ACCES,
+            true,
+            &parsed,
+            upload,
+        );
+        assert!(!link.contains(TOKEN_ACCES));
+        audit::secret(link.rsplit_once("&token=").unwrap().1);
+        link
+    }
+
     /// A request with the given method and HTTP headers (Authorization defaults to a valid token).
     async fn request(&self, method: &str, headers: &[(&str, &str)], body: &str) -> Answer {
         let mut params: Vec<(String, String)> = vec![
@@ -417,9 +442,10 @@ async fn legacy_tools_call() {
         .await;
     assert_eq!(a.status, 200);
     let v = a.json();
-    let url = format!(
-        "https://depot.example.org/download.php?fichier=devis%20dupont.docx&token={TOKEN_ACCES}"
-    );
+    let url = e.link("devis dupont.docx");
+    assert!(url.starts_with(
+        "https://depot.example.org/download.php?fichier=devis%20dupont.docx&token=l1."
+    ));
     let structured = json!({"nom":"devis dupont.docx","url_telechargement":url,"taille_octets":10});
     assert_eq!(
         v,
@@ -829,7 +855,7 @@ async fn modern_tools_call() {
         .await;
     assert_eq!(a.status, 200);
     let v = a.json();
-    let url = format!("https://depot.example.org/download.php?fichier=a.txt&token={TOKEN_ACCES}");
+    let url = e.link("a.txt");
     let s = json!({"nom":"a.txt","url_telechargement":url,"taille_octets":3});
     assert_eq!(
         v,

@@ -334,7 +334,6 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         tool: ToolCtx {
             url_base: &cfg.url_base,
             token_acces: &cfg.token_acces,
-            liens_par_fichier: cfg.liens_par_fichier,
             deletion_delays: &delays,
         },
         instructions: &crate::consignes::mcp_instructions(cfg),

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::liens::{UploadId, download_url};
+use crate::liens::{UploadId, capability_url};
 use crate::log::{error_line, ok_line, quoted, refused_line};
 use crate::names::Name;
 
@@ -93,10 +93,9 @@ pub type FileSource<'a> = dyn FnMut(&Name, Mode) -> FileOutcome + 'a;
 pub struct ToolCtx<'a> {
     /// `url_base`.
     pub url_base: &'a str,
-    /// `token_acces` (for download links).
+    /// `token_acces`: the key of the per-file capabilities of download links, never written in a
+    /// reply (an OAuth client may only read, and only what it names).
     pub token_acces: &'a str,
-    /// `liens_par_fichier`: links carry the upload's capability instead of `token_acces`.
-    pub liens_par_fichier: bool,
     /// When files are erased, in this deployment's delays ([`crate::consignes::deletion_delays`]),
     /// for the message of a missing file.
     pub deletion_delays: &'a str,
@@ -354,10 +353,9 @@ pub fn call(
                 }
                 (Mode::Lien, _) => json!({
                     "nom": name.as_str(),
-                    "url_telechargement": download_url(
+                    "url_telechargement": capability_url(
                         ctx.url_base,
                         ctx.token_acces,
-                        ctx.liens_par_fichier,
                         &name,
                         upload,
                     ),
@@ -409,4 +407,46 @@ fn shape(version: Version, failure: Failure, log_line: Option<String>) -> CallOu
         })),
     };
     CallOutcome { result, log_line }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    const UP: UploadId = UploadId {
+        depot_timestamp: 1_785_000_000,
+        depot_nanosecondes: 42,
+        inode: 7,
+    };
+
+    #[test]
+    fn the_link_carries_a_capability_never_token_acces() {
+        let ctx = ToolCtx {
+            url_base: "https://d.example",
+            token_acces: TOKEN,
+            deletion_delays: "",
+        };
+        let mut files = |_: &Name, _: Mode| FileOutcome::Found {
+            size: 3,
+            content: None,
+            upload: UP,
+        };
+        let name = Name::parse(b"rapport final.pdf").unwrap();
+        let cap = crate::liens::capability(TOKEN, &name, UP);
+        for version in [Version::V2025_03_26, Version::V2026_07_28] {
+            let params =
+                json!({"name": TOOL_NAME, "arguments": {"nom_fichier": "rapport final.pdf"}});
+            let out = call(&ctx, version, Some(&params), &mut files);
+            let result = out.result.unwrap();
+            let text = result.to_string();
+            assert!(!text.contains(TOKEN), "{version:?}: token_acces in {text}");
+            let sc: Value =
+                serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+            assert_eq!(
+                sc["url_telechargement"],
+                format!("https://d.example/download.php?fichier=rapport%20final.pdf&token={cap}")
+            );
+        }
+    }
 }

@@ -495,7 +495,7 @@ fn smoke_as_plain_cgi_under_mod_cgid() {
 /// writes only root's files: its configuration, logs, PidFile, locks and sockets are in folders
 /// its children (the program, `www-data`) cannot write, so the program cannot plant a symbolic
 /// link there for root's Apache to write through. Only the store, the program's log folder and
-/// the sockets folder (`run/`, mod_fcgid's `run/fcgid`) are the run user's.
+/// mod_fcgid's sockets folder (`run/fcgid`, in a `run/` of root's) are the run user's.
 #[test]
 fn private_apache_started_as_root_touches_only_root_files() {
     for mode in [Mode::Fcgid, Mode::ModCgi] {
@@ -521,6 +521,7 @@ fn private_apache_started_as_root_touches_only_root_files() {
             }
             for d in [
                 a.state.root.clone(),
+                a.state.root.join("run"),
                 a.state.server_log_dir(),
                 a.conf.clone(),
             ] {

@@ -70,7 +70,7 @@ impl Proc {
         pause: Option<&str>,
         env: &[(&str, &str)],
     ) -> Proc {
-        let sock = state.root.join(format!("run/{tag}.sock"));
+        let sock = state.root.join(format!("run/ecoute/{tag}.sock"));
         let out = state.server_log_dir().join(format!("{tag}.out"));
         let mut c = Command::new(bin);
         c.arg("--config")

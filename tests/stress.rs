@@ -43,7 +43,7 @@ fn stress_fastcgi_processes() {
     let mut guards = Vec::new();
     let mut socks = Vec::new();
     for i in 0..PROCESSES {
-        let sock = state.root.join(format!("run/p{i}.sock"));
+        let sock = state.root.join(format!("run/ecoute/p{i}.sock"));
         let mut c = Command::new(state.bin());
         c.arg("--config")
             .arg(state.config())

@@ -156,10 +156,8 @@ impl Apache {
         };
 
         // Its own temporary folder, where mod_fcgid spools request bodies (`fcgid.tmp.*`):
-        // what a test can watch. The children write it: the run user's, under `run/`.
+        // what a test can watch. The children write it: the run user's (`State::hand_over`).
         let spool = state.root.join("run/spool");
-        fs::create_dir_all(&spool).unwrap();
-        state.hand_over();
         let mut c = Command::new(apache2());
         c.env("TMPDIR", &spool)
             .arg("-f")

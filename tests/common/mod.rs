@@ -166,7 +166,8 @@ pub fn random_token() -> String {
 }
 
 /// The state folder of one server under test: `www/` (empty document root), `files/`, `log/`,
-/// `run/`, `bin/depot-fichiers` (a copy the run user can execute) and `config.toml` (0600),
+/// `run/` (`fcgid/`: mod_fcgid's sockets; `ecoute/`: those of the program started with
+/// `--listen`; `spool/`: where mod_fcgid spools request bodies), `bin/depot-fichiers` (a copy the run user can execute) and `config.toml` (0600),
 /// filled from `apache/local.config.toml.template` like `apache/demo` does.
 pub struct State {
     /// Keeps the temporary folder alive; removed on drop.
@@ -194,6 +195,8 @@ impl State {
             "files",
             "log",
             "run/fcgid",
+            "run/ecoute",
+            "run/spool",
             "bin",
             "serveur/run",
             "serveur/log",
@@ -319,10 +322,11 @@ impl State {
     }
 
     /// When running as root, hands to the run user what the program writes — the store, its
-    /// log folder, the sockets folder (`run/`, mod_fcgid's `run/fcgid` inside) and its
-    /// configuration — and nothing else: the state folder, Apache's configuration, its logs,
-    /// PidFile and locks (`serveur/`), `www/` and `bin/` stay root's (apache/local.conf.template
-    /// says why).
+    /// log folder, the sockets folders (`run/fcgid`, `run/ecoute`), mod_fcgid's spool
+    /// (`run/spool`) and its configuration — and nothing else: the state folder, `run/` itself,
+    /// Apache's configuration, its logs, PidFile and locks (`serveur/`), `www/` and `bin/` stay
+    /// root's (apache/local.conf.template says why: mod_fcgid, as root, recreates `run/fcgid`
+    /// when it is missing and then chowns it by path).
     pub fn hand_over(&self) {
         if !is_root() {
             return;
@@ -333,7 +337,9 @@ impl State {
         for d in [
             self.files(),
             self.log_dir(),
-            self.root.join("run"),
+            self.root.join("run/fcgid"),
+            self.root.join("run/ecoute"),
+            self.root.join("run/spool"),
             self.config(),
         ] {
             chown.arg(d);

@@ -5,7 +5,10 @@
 //! - `<second>/<name>`: an entry saying "the pair `<name>` cannot expire before `<second>` has
 //!   passed" (a bucket per deadline second, seconds since the epoch); every entry is a hard link
 //!   to an empty `modele-<k>` file (no inode to create per entry);
-//! - `curseur`: where the walk stands (see below);
+//! - `curseur`: where the walk stands (see below), one line: `fait <second>`, or `adoption` or
+//!   `controle`, the folder (`racine`, `meta`), the position in it, and the names walked in that
+//!   folder in this pass (a fourth field that versions before it ignore, and that a line
+//!   written by one of them lacks);
 //! - `total`: the bytes of the stored files, for `taille_max_totale_octets` (see `total.rs`).
 //!
 //! The rules that make it crash-safe without a lock of its own:
@@ -87,11 +90,14 @@ pub(super) const WALK_PERIOD_SECS: i64 = 3600;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Walk {
     /// Walking `folder`, resuming after the directory position `at` (0: from the start).
-    /// `adopting`: the first pass over a store, done by every request until it ends.
+    /// `adopting`: the first pass over a store, done by every request until it ends. `walked`:
+    /// the names of `folder` walked in this pass, for `depot-fichiers etat` (`None` when a
+    /// version that does not count them wrote the line).
     Walking {
         adopting: bool,
         folder: Folder,
         at: i64,
+        walked: Option<u64>,
     },
     /// The last pass ended at this second.
     Done(i64),
@@ -108,14 +114,16 @@ pub(super) enum Folder {
 
 impl Walk {
     /// The first pass over a store.
-    const ADOPTION: Walk = Walk::Walking {
+    pub(super) const ADOPTION: Walk = Walk::Walking {
         adopting: true,
         folder: Folder::Root,
         at: 0,
+        walked: Some(0),
     };
 
     /// Reads the line of `curseur`; anything unreadable starts an adoption again (safe: the walk
-    /// only ever adds entries).
+    /// only ever adds entries). The names walked are a fourth word, read when it is there:
+    /// versions before it read the first three words of a line and ignore the rest.
     pub(super) fn parse(line: &str) -> Walk {
         let mut words = line.split_whitespace();
         let parsed = match (words.next(), words.next(), words.next()) {
@@ -126,12 +134,14 @@ impl Walk {
                     "meta" => Some(Folder::Meta),
                     _ => None,
                 };
+                let walked = words.next().and_then(|w| w.parse().ok());
                 folder
                     .zip(at.parse().ok())
                     .map(|(folder, at)| Walk::Walking {
                         adopting: kind == "adoption",
                         folder,
                         at,
+                        walked,
                     })
             }
             _ => None,
@@ -147,13 +157,17 @@ impl Walk {
                 adopting,
                 folder,
                 at,
+                walked,
             } => {
                 let kind = if adopting { "adoption" } else { "controle" };
                 let f = match folder {
                     Folder::Root => "racine",
                     Folder::Meta => "meta",
                 };
-                format!("{kind} {f} {at}\n")
+                match walked {
+                    Some(n) => format!("{kind} {f} {at} {n}\n"),
+                    None => format!("{kind} {f} {at}\n"),
+                }
             }
         }
     }
@@ -165,7 +179,7 @@ fn bucket_name(second: i64) -> String {
 }
 
 /// The deadline second of a bucket name; `None` for anything else in the index folder.
-fn bucket_second(raw: &[u8]) -> Option<i64> {
+pub(super) fn bucket_second(raw: &[u8]) -> Option<i64> {
     if raw.is_empty() || !raw.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -321,15 +335,7 @@ impl Store {
 
     /// Where the walk stands; a store without `curseur` has never been walked.
     pub(super) fn walk_state(&self) -> Walk {
-        let mut line = String::new();
-        match open_at(&self.index_fd, CURSOR, OFlags::RDONLY) {
-            Ok(f) => {
-                use std::io::Read;
-                let _ = f.take(256).read_to_string(&mut line);
-                Walk::parse(&line)
-            }
-            Err(_) => Walk::ADOPTION,
-        }
+        read_walk(&self.index_fd).unwrap_or(Walk::ADOPTION)
     }
 
     fn set_walk_state(&self, walk: Walk) -> io::Result<()> {
@@ -354,10 +360,19 @@ impl Store {
                 adopting: false,
                 folder: Folder::Root,
                 at: 0,
+                walked: Some(0),
             },
             walking => walking,
         };
-        if walk == Walk::ADOPTION {
+        if matches!(
+            walk,
+            Walk::Walking {
+                adopting: true,
+                folder: Folder::Root,
+                at: 0,
+                ..
+            }
+        ) {
             // The marker of the full scans the index replaces (earlier versions).
             let _ = rustix::fs::unlinkat(&self.tmp_fd, "echeance", AtFlags::empty());
         }
@@ -366,19 +381,22 @@ impl Store {
             adopting,
             folder,
             at,
+            walked,
         } = walk
         {
-            let (reached, ended) = self.walk_folder(folder, at, &mut budget, now)?;
+            let (reached, ended, names) = self.walk_folder(folder, at, &mut budget, now)?;
             walk = match (ended, folder) {
                 (false, _) => Walk::Walking {
                     adopting,
                     folder,
                     at: reached,
+                    walked: walked.map(|w| w.saturating_add(names)),
                 },
                 (true, Folder::Root) => Walk::Walking {
                     adopting,
                     folder: Folder::Meta,
                     at: 0,
+                    walked: Some(0),
                 },
                 (true, Folder::Meta) => Walk::Done(now),
             };
@@ -393,21 +411,26 @@ impl Store {
 
     /// Walks `folder` from the position `at` until the step's `budget` is used up or the folder
     /// ends, filing an entry for each pair at its exact deadline (`Store::observe`: the pair
-    /// removable now is filed as due). Says the position reached and whether the folder ended.
+    /// removable now is filed as due). Says the position reached, whether the folder ended, and
+    /// how many names of stored files (or of sidecars) were walked.
     fn walk_folder(
         &self,
         folder: Folder,
         at: i64,
         budget: &mut StepBudget,
         now: i64,
-    ) -> io::Result<(i64, bool)> {
+    ) -> io::Result<(i64, bool, u64)> {
         let dir = match folder {
             Folder::Root => &self.root_fd,
             Folder::Meta => &self.meta_fd,
         };
-        walk_dir(dir, at, budget, |raw| {
+        let mut names = 0u64;
+        let (reached, ended) = walk_dir(dir, at, budget, |raw| {
+            if folder == Folder::Root && (raw == META.as_bytes() || raw == TMP.as_bytes()) {
+                return Ok(());
+            }
+            names += 1;
             let name = match folder {
-                Folder::Root if raw == META.as_bytes() || raw == TMP.as_bytes() => return Ok(()),
                 Folder::Root => Name::parse(raw).ok(),
                 // A sidecar whose file is there was seen with its file.
                 Folder::Meta => raw
@@ -422,8 +445,19 @@ impl Store {
                 Verdict::Absent => return Ok(()),
             };
             self.file_entry(&name, second)
-        })
+        })?;
+        Ok((reached, ended, names))
     }
+}
+
+/// The walk's state in the index folder `index`; `None` when it has no `curseur` (never
+/// walked).
+pub(super) fn read_walk(index: &OwnedFd) -> Option<Walk> {
+    use std::io::Read;
+    let f = open_at(index, CURSOR, OFlags::RDONLY).ok()?;
+    let mut line = String::new();
+    let _ = f.take(256).read_to_string(&mut line);
+    Some(Walk::parse(&line))
 }
 
 /// Reads the folder `dir` from the position `at` until `budget` is used up or the folder ends,
@@ -528,7 +562,7 @@ fn create_bucket(index: &OwnedFd, bucket: &str) -> io::Result<()> {
 }
 
 /// Opens a bucket of the index, never through a symbolic link.
-fn open_bucket(index: &OwnedFd, bucket: &str) -> io::Result<OwnedFd> {
+pub(super) fn open_bucket(index: &OwnedFd, bucket: &str) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat(
         index,
         bucket,
@@ -550,11 +584,13 @@ mod tests {
                 adopting: false,
                 folder: Folder::Meta,
                 at: -42,
+                walked: Some(17),
             },
             Walk::Walking {
                 adopting: true,
                 folder: Folder::Root,
                 at: 9_007_199_254_740_993,
+                walked: None,
             },
         ] {
             assert_eq!(Walk::parse(&w.line()), w);
@@ -569,6 +605,56 @@ mod tests {
         ] {
             assert_eq!(Walk::parse(garbage), Walk::ADOPTION, "{garbage:?}");
         }
+    }
+
+    /// The parser of the versions before the fourth field, as it was: the first three words.
+    fn parse_three_words(line: &str) -> Option<(bool, &str, i64)> {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some(kind @ ("adoption" | "controle")), Some(f @ ("racine" | "meta")), Some(at)) => {
+                Some((kind == "adoption", f, at.parse().ok()?))
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_names_walked_are_a_fourth_field_both_versions_read() {
+        // This version reads a line of the versions before it: the count is unknown.
+        assert_eq!(
+            Walk::parse("adoption racine 123\n"),
+            Walk::Walking {
+                adopting: true,
+                folder: Folder::Root,
+                at: 123,
+                walked: None,
+            }
+        );
+        // ...and its own, with the count.
+        let line = Walk::Walking {
+            adopting: false,
+            folder: Folder::Meta,
+            at: -7,
+            walked: Some(450_000),
+        }
+        .line();
+        assert_eq!(line, "controle meta -7 450000\n");
+        // The versions before it read the same walk from it, and ignore the count.
+        assert_eq!(parse_three_words(&line), Some((false, "meta", -7)));
+        assert_eq!(
+            parse_three_words(&Walk::ADOPTION.line()),
+            Some((true, "racine", 0))
+        );
+        // A fourth word that is not a number is an unknown count, not an adoption again.
+        assert_eq!(
+            Walk::parse("controle racine 5 x"),
+            Walk::Walking {
+                adopting: false,
+                folder: Folder::Root,
+                at: 5,
+                walked: None,
+            }
+        );
     }
 
     #[test]

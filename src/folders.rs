@@ -80,6 +80,18 @@ pub fn owner(root: &Path, log_dir: &Path) -> Option<u32> {
         .find_map(|p| rustix::fs::lstat(p).ok().map(|st| st.st_uid))
 }
 
+/// Opens the existing folder `name` of `parent` (or the absolute path `name`, with
+/// `rustix::fs::CWD`) read-only, never through a symbolic link, creating and checking nothing:
+/// `None` when it does not exist (`depot-fichiers etat`, which changes nothing).
+pub fn open_existing(parent: impl AsFd, name: impl AsRef<Path>) -> io::Result<Option<OwnedFd>> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(parent, name.as_ref(), flags, Mode::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Looks at a folder without changing anything (`check-config`).
 pub fn inspect(path: &Path) -> Finding {
     match rustix::fs::lstat(path) {

@@ -239,6 +239,13 @@ fn install_alarm_handler() -> io::Result<()> {
     installed.map_err(io::Error::from)
 }
 
+/// The store lock held shared through `file`, the lock file as its caller opened it (`view.rs`:
+/// read-only, never created), waited for as every acquisition is ([`acquire`]).
+pub(super) fn shared_on(file: File, waiting: Waiting) -> io::Result<SharedGuard> {
+    acquire(&file, Kind::Shared, &Outage::default(), waiting)?;
+    Ok(SharedGuard { _held: Held(file) })
+}
+
 impl Store {
     /// Opens the store lock file (created on first use). Every call is a new open file
     /// description, so two requests of one process exclude each other like two processes.

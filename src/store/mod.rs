@@ -15,7 +15,7 @@
 //! specification §4 (pure functions); `sweep.rs` the sweep; `index.rs` the expiry index it reads
 //! and the walk that adopts what the index does not know; `total.rs` the bytes and files stored,
 //! for the capacity, and their check against the store; `lookup.rs` the file a request is about; `publish.rs` uploads, the sidecar write and
-//! the two renames.
+//! the two renames; `view.rs` a look at all that which changes nothing (`depot-fichiers etat`).
 //!
 //! Concurrency (several processes, any of which can be SIGKILLed):
 //! - publication renames the sidecar then the file under the store lock held exclusively; a
@@ -45,6 +45,7 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 mod total;
+mod view;
 
 use std::fs::File;
 use std::io;
@@ -64,6 +65,7 @@ pub use lookup::{Found, Looked};
 pub use publish::{Published, Upload};
 pub use sweep::SweepReport;
 pub use total::{Correction, Tally, Totals};
+pub use view::{Count, DueIndex, KeptTotals, StoreView, WalkState};
 
 const META: &str = ".meta";
 const TMP: &str = ".tmp";

@@ -694,6 +694,90 @@ fn the_walk_adopts_a_store_the_index_does_not_know() {
     assert!(cursor.starts_with("fait "), "{cursor}");
 }
 
+/// The walk counts the names it walked in this pass (the fourth field of `curseur`), and the
+/// read-only view of `depot-fichiers etat` reads it with the totals and the due index.
+#[test]
+fn the_walk_counts_what_it_walked_and_the_view_reads_it() {
+    let d = tempfile::tempdir().unwrap();
+    let extra = "duree_inactivite_secondes = 600\nduree_max_depot_secondes = 3600";
+    let files = d.path().join("files");
+    {
+        let (_, store) = test_store(d.path(), extra);
+        for i in 0..300 {
+            put(&store, &format!("f{i:03}"), b"xy");
+        }
+    }
+    std::fs::remove_dir_all(files.join(".tmp/index")).unwrap();
+    let view = StoreView::open(&files).unwrap();
+    assert_eq!(view.walk(), WalkState::Never);
+    assert_eq!(view.totals().totals, Totals::default());
+    let (_, store) = test_store(d.path(), extra);
+    let mut seen = Vec::new();
+    loop {
+        let pending = store.sweep_now().unwrap().pending;
+        let filed: usize = index_entries(&files).iter().map(|(_, n)| n.len()).sum();
+        match StoreView::open(&files).unwrap().walk() {
+            WalkState::Walking {
+                adopting: true,
+                in_meta: false,
+                walked: Some(w),
+            } => {
+                // Every name of the root walked so far filed one entry, and nothing else did.
+                assert_eq!(w, filed as u64);
+                seen.push(w);
+            }
+            WalkState::Walking {
+                adopting: true,
+                in_meta: true,
+                walked: Some(w),
+            } => assert!(w <= 300, "{w}"),
+            WalkState::Done(t) => {
+                assert!((now_secs() - t).abs() <= 1);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(pending);
+        assert!(seen.len() < 10, "the adoption does not end");
+    }
+    assert!(seen.len() >= 2, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    let view = StoreView::open(&files).unwrap();
+    let kept = view.totals();
+    assert!(!kept.lock_busy);
+    assert_eq!(kept.totals.files.now, Some(300));
+    assert_eq!(kept.totals.bytes.now, Some(600));
+    assert_eq!(
+        view.count().unwrap(),
+        Some(Count {
+            files: 300,
+            bytes: 600
+        })
+    );
+    let due = view.due_index(now_secs(), 10).unwrap();
+    assert_eq!(
+        (due.oldest_due, due.due_entries, due.capped),
+        (None, 0, false)
+    );
+    assert!(due.buckets >= 1);
+    // Due buckets: an empty one (being emptied by a sweep) is not the oldest waiting; the
+    // entries are counted up to the bound.
+    let index = files.join(".tmp/index");
+    let past = now_secs() - 100;
+    std::fs::create_dir(index.join((past - 50).to_string())).unwrap();
+    std::fs::create_dir(index.join(past.to_string())).unwrap();
+    for i in 0..5 {
+        std::fs::write(index.join(format!("{past}/e{i}")), b"").unwrap();
+    }
+    let due = view.due_index(now_secs(), 3).unwrap();
+    assert_eq!(
+        (due.oldest_due, due.due_entries, due.capped),
+        (Some(past), 3, true)
+    );
+    let due = view.due_index(now_secs(), 10).unwrap();
+    assert_eq!((due.due_entries, due.capped), (5, false));
+}
+
 /// Once adopted, a file put there by hand is found by the walk's next pass, an hour later.
 #[test]
 fn a_file_put_by_hand_is_found_by_the_next_pass_of_the_walk() {

@@ -32,6 +32,7 @@
 //! added up, one line), so that it goes on across steps and processes.
 
 use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
@@ -230,12 +231,7 @@ pub struct Correction {
 impl Store {
     /// What the totals' file says (anything unreadable is "not known").
     pub fn totals_unlocked(&self) -> Totals {
-        let Ok(f) = open_at(&self.index_fd, TOTAL, OFlags::RDONLY) else {
-            return Totals::default();
-        };
-        let mut buf = [0u8; WIDTH * LINES];
-        let got = f.read_at(&mut buf, 0).unwrap_or(0);
-        Totals::parse(&buf[..got])
+        read_totals(&self.index_fd)
     }
 
     /// The totals, read under the exclusive lock.
@@ -412,16 +408,13 @@ impl Store {
 
     /// Adds up the root from where `check` stands, within `budget`; says whether the root ended.
     fn check_steps(&self, check: &mut Check, budget: &mut StepBudget) -> io::Result<bool> {
-        let (at, ended) = walk_dir(&self.root_fd, check.at, budget, |raw| {
-            if raw != META.as_bytes()
-                && raw != TMP.as_bytes()
-                && let Ok(st) = stat_entry(&self.root_fd, raw, StatxFlags::SIZE)
-            {
-                check.bytes = check.bytes.saturating_add(st.size);
-                check.files += 1;
-            }
-            Ok(())
-        })?;
+        let (at, ended) = add_up(
+            &self.root_fd,
+            check.at,
+            budget,
+            &mut check.bytes,
+            &mut check.files,
+        )?;
         check.at = at;
         Ok(ended)
     }
@@ -444,10 +437,7 @@ impl Store {
 
     /// The check under way, if any (anything unreadable: none, a new one starts when due).
     fn check_state(&self) -> Option<Check> {
-        let f = open_at(&self.index_fd, CHECK, OFlags::RDONLY).ok()?;
-        let mut line = String::new();
-        f.take(256).read_to_string(&mut line).ok()?;
-        Check::parse(&line)
+        read_check(&self.index_fd)
     }
 
     fn set_check_state(&self, check: Option<&Check>) -> io::Result<()> {
@@ -474,6 +464,52 @@ impl Store {
             .ok()
             .map(|st| st.size)
     }
+}
+
+/// What the totals' file of the index folder `index` says (anything unreadable is "not known").
+pub(super) fn read_totals(index: &OwnedFd) -> Totals {
+    let Ok(f) = open_at(index, TOTAL, OFlags::RDONLY) else {
+        return Totals::default();
+    };
+    let mut buf = [0u8; WIDTH * LINES];
+    let got = f.read_at(&mut buf, 0).unwrap_or(0);
+    Totals::parse(&buf[..got])
+}
+
+/// The check under way in the index folder `index`, if any.
+fn read_check(index: &OwnedFd) -> Option<Check> {
+    let f = open_at(index, CHECK, OFlags::RDONLY).ok()?;
+    let mut line = String::new();
+    f.take(256).read_to_string(&mut line).ok()?;
+    Check::parse(&line)
+}
+
+/// How far the check under way in the index folder `index` has got: the files and bytes it
+/// has added up so far (`None`: no check under way).
+pub(super) fn check_progress(index: &OwnedFd) -> Option<(u64, u64)> {
+    read_check(index).map(|c| (c.files, c.bytes))
+}
+
+/// Adds up the store's root `root` from the position `at` within `budget`, as a check does
+/// (every name but `.meta` and `.tmp`, its size as `statx` gives it, a name gone meanwhile
+/// skipped), into `bytes` and `files`; says the position reached and whether the root ended.
+pub(super) fn add_up(
+    root: &OwnedFd,
+    at: i64,
+    budget: &mut StepBudget,
+    bytes: &mut u64,
+    files: &mut u64,
+) -> io::Result<(i64, bool)> {
+    walk_dir(root, at, budget, |raw| {
+        if raw != META.as_bytes()
+            && raw != TMP.as_bytes()
+            && let Ok(st) = stat_entry(root, raw, StatxFlags::SIZE)
+        {
+            *bytes = bytes.saturating_add(st.size);
+            *files += 1;
+        }
+        Ok(())
+    })
 }
 
 /// What a publication leaves to do after its renames: the bytes the replaced file had beyond

@@ -134,6 +134,36 @@ const OK: &str = " — OK";
 const REFUSED: &str = " — REFUSÉ";
 const ERROR: &str = " — ERREUR";
 
+/// The date of a line, local time, between its first brackets.
+const STAMP: &str = "%Y-%m-%d %H:%M:%S";
+
+/// Whether a line of the log (without its newline) reports a failure of the program: the shape
+/// of [`error_line`].
+pub fn is_error_line(line: &str) -> bool {
+    line.ends_with(ERROR)
+}
+
+/// The second a line of the log was written, read from its date (local time); `None` for a
+/// line that does not begin with one.
+pub fn line_time(line: &str) -> Option<i64> {
+    let date = line.strip_prefix('[')?.get(..19)?;
+    let civil = jiff::civil::DateTime::strptime(STAMP, date).ok()?;
+    let zoned = civil.to_zoned(local_time_zone().clone()).ok()?;
+    Some(zoned.timestamp().as_second())
+}
+
+/// A second (since the epoch) as the log writes dates: local time, `YYYY-MM-DD HH:MM:SS`.
+pub fn local_date(second: i64) -> String {
+    jiff::Timestamp::from_second(second).map_or_else(
+        |_| second.to_string(),
+        |t| {
+            t.to_zoned(local_time_zone().clone())
+                .strftime(STAMP)
+                .to_string()
+        },
+    )
+}
+
 /// The shape of a line that reports a success (specification §8): `<what> — OK`.
 pub fn ok_line(what: &str) -> String {
     format!("{what}{OK}")
@@ -245,7 +275,7 @@ impl Log {
             let local = now.to_zoned(local_time_zone().clone());
             *stamp = (
                 now.as_second(),
-                format!("[{}] [{}] ", local.strftime("%Y-%m-%d %H:%M:%S"), self.host),
+                format!("[{}] [{}] ", local.strftime(STAMP), self.host),
             );
         }
         line.push_str(&stamp.1);
@@ -382,6 +412,28 @@ mod tests {
         assert!(l.ends_with("— OK"));
         let mode = std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_lines_date_and_outcome_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), false, 1 << 20, 3);
+        let before = jiff::Timestamp::now().as_second();
+        log.error("balayage impossible : disque en lecture seule");
+        log.ok("POST /upload.php — dépôt \"a — ERREUR\"");
+        let after = jiff::Timestamp::now().as_second();
+        let text = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(is_error_line(lines[0]), "{}", lines[0]);
+        assert!(!is_error_line(lines[1]), "{}", lines[1]);
+        let t = line_time(lines[0]).unwrap();
+        assert!(
+            (before..=after).contains(&t),
+            "{t} not in {before}..={after}"
+        );
+        assert!(lines[0].starts_with(&format!("[{}] ", local_date(t))));
+        assert_eq!(line_time("sans date — ERREUR"), None);
+        assert_eq!(line_time("[2026-13-01 00:00:00] [h] x"), None);
     }
 
     #[test]

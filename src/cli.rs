@@ -45,6 +45,19 @@ pub enum Command {
     CheckConfig,
     /// Lance un balayage complet et affiche ce qui a été supprimé
     Sweep,
+    /// Affiche l'état du dépôt sans rien y écrire : fichiers et octets tenus face à la
+    /// capacité, retard de l'index des échéances, marche, dernier balayage, dernières erreurs du
+    /// journal ; code de sortie à la Nagios (0 bon, 1 attention, 2 critique, 3 inconnu) ; en
+    /// root, lit sous le compte propriétaire du dépôt
+    Etat {
+        /// Sortie JSON pour la supervision (clés stables, décrites dans le README)
+        #[arg(long)]
+        json: bool,
+        /// Compte aussi les fichiers du dépôt, sans verrou, et dit l'écart avec les totaux
+        /// tenus (lit tout le dossier : long sur un gros dépôt)
+        #[arg(long)]
+        compter: bool,
+    },
     /// Affiche le paragraphe à coller dans les consignes permanentes de l'agent
     Consignes {
         /// Inclure le vrai token au lieu de <TOKEN_ACCES>

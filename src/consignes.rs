@@ -109,7 +109,7 @@ fn duration_fr(secs: u64) -> String {
 }
 
 /// A byte count in French binary units: "200 Mio", "1,5 Gio", "512 octets".
-fn size_fr(bytes: u64) -> String {
+pub(crate) fn size_fr(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("Gio", 1 << 30), ("Mio", 1 << 20), ("Kio", 1 << 10)];
     for (unit, size) in UNITS {
         if bytes >= size {

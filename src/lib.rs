@@ -12,6 +12,7 @@ pub mod config;
 pub mod consignes;
 mod download;
 mod error;
+pub mod etat;
 pub mod fastcgi;
 pub mod folders;
 pub mod housekeeping;

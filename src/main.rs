@@ -13,7 +13,7 @@ use depot_fichiers::cli::{Cli, Command};
 use depot_fichiers::config::{self, Config};
 use depot_fichiers::http::Request;
 use depot_fichiers::router;
-use depot_fichiers::{consignes, fastcgi};
+use depot_fichiers::{consignes, etat, fastcgi};
 
 /// `println!` that ignores a closed stdout (`depot-fichiers … consignes | head`).
 macro_rules! outln {
@@ -59,11 +59,15 @@ fn main() -> ExitCode {
     };
     let path = config::resolve_path(cli.config.as_deref());
     let Ok(cfg) = load(&path) else {
-        return ExitCode::from(1);
+        return ExitCode::from(match command {
+            Command::Etat { .. } => etat::UNKNOWN,
+            _ => 1,
+        });
     };
     match command {
         Command::CheckConfig => check_config(&path, &cfg),
         Command::Sweep => sweep(cfg),
+        Command::Etat { json, compter } => state(&path, &cfg, json, compter),
         Command::Consignes {
             avec_token,
             ref connecteur,
@@ -96,13 +100,16 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
     let shared_fs = depot_fichiers::network_fs::warnings(&cfg.dossier_fichiers);
     let owned;
     let cfg = if rustix::process::geteuid().is_root() {
-        match check_as_owner(path, cfg) {
+        match as_owner(path, cfg, &CHECKING, &mut |line| outln!("{line}")) {
             Ok(Some(c)) => {
                 owned = c;
                 &owned
             }
             Ok(None) => cfg,
-            Err(code) => return code,
+            Err(why) => {
+                eprintln!("depot-fichiers : {why}");
+                return ExitCode::from(1);
+            }
         }
     } else {
         cfg
@@ -137,68 +144,123 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `check-config` run by root: the program runs as the account that owns its folders (the web
-/// server's), and its checks are meant for that account. So root switches to it for good (the
-/// command ends with the check) and reads the configuration again as that account, exactly as
-/// `runuser -u <account> -- depot-fichiers … check-config` would. `Ok(None)`: no folder exists
-/// yet, or they are root's: checked as root.
-fn check_as_owner(path: &Path, cfg: &Config) -> Result<Option<Config>, ExitCode> {
+/// `etat`: the store's state, in French or in JSON, and its verdict as the exit code. Run by
+/// root, it reads as the store's owner, as `check-config` checks ([`as_owner`]).
+fn state(path: &Path, cfg: &Config, json: bool, count: bool) -> ExitCode {
+    let mut notes = Vec::new();
+    let owned;
+    let cfg = if rustix::process::geteuid().is_root() {
+        match as_owner(path, cfg, &READING, &mut |line| notes.push(line)) {
+            Ok(Some(c)) => {
+                owned = c;
+                &owned
+            }
+            Ok(None) => cfg,
+            Err(why) => {
+                eprintln!("depot-fichiers : {why}");
+                return ExitCode::from(etat::UNKNOWN);
+            }
+        }
+    } else {
+        cfg
+    };
+    let report = etat::gather(cfg, count);
+    if json {
+        outln!("{}", report.json());
+    } else {
+        // The verdict first (the line a Nagios plugin is read by), then how it was read.
+        outln!("{}", report.text().trim_end());
+        for note in &notes {
+            outln!("{note}");
+        }
+    }
+    ExitCode::from(report.code)
+}
+
+/// How a subcommand run by root words what it does under the store owner's account.
+struct Doing {
+    /// `vérification`.
+    noun: &'static str,
+    /// `vérifié`.
+    done: &'static str,
+    /// The subcommand, for the equivalent `runuser` command.
+    command: &'static str,
+}
+
+const CHECKING: Doing = Doing {
+    noun: "vérification",
+    done: "vérifié",
+    command: "check-config",
+};
+
+const READING: Doing = Doing {
+    noun: "lecture",
+    done: "lu",
+    command: "etat",
+};
+
+/// A subcommand run by root (`check-config`, `etat`): the program runs as the account that owns
+/// its folders (the web server's), and what the subcommand says is meant for that account. So
+/// root switches to it for good (the command ends with the subcommand) and reads the
+/// configuration again as that account, exactly as `runuser -u <account> -- depot-fichiers …
+/// <subcommand>` would; `say` gets the lines that tell so. `Ok(None)`: no folder exists yet,
+/// or they are root's: done as root. `Err`: why it cannot be done as that account.
+fn as_owner(
+    path: &Path,
+    cfg: &Config,
+    doing: &Doing,
+    say: &mut dyn FnMut(String),
+) -> Result<Option<Config>, String> {
     use nix::unistd::{Gid, Group, Uid, User};
     let Some(uid) = depot_fichiers::folders::owner(&cfg.dossier_fichiers, &cfg.dossier_log) else {
-        outln!(
+        say(format!(
             "# note : lancé en root, et ni dossier_fichiers ni dossier_log n'existent encore : \
-             vérifié en root ; le programme les créera sous le compte qui le lance (celui du \
-             serveur web)"
-        );
+             {} en root ; le programme les créera sous le compte qui le lance (celui du \
+             serveur web)",
+            doing.done
+        ));
         return Ok(None);
     };
     if uid == 0 {
         return Ok(None);
     }
-    let fail = |why: String| {
-        eprintln!("depot-fichiers : {why}");
-        ExitCode::from(1)
-    };
     let user = match User::from_uid(Uid::from_raw(uid)) {
         Ok(Some(u)) => u,
         Ok(None) => {
-            return Err(fail(format!(
+            return Err(format!(
                 "les dossiers appartiennent à l'utilisateur {uid}, absent de la base des comptes : \
-                 vérification impossible sous son compte"
-            )));
+                 {} impossible sous son compte",
+                doing.noun
+            ));
         }
-        Err(e) => return Err(fail(format!("base des comptes illisible : {e}"))),
+        Err(e) => return Err(format!("base des comptes illisible : {e}")),
     };
     let exe = std::env::current_exe().unwrap_or_else(|_| "depot-fichiers".into());
-    outln!(
-        "# lancé en root : vérification sous le compte {} ({uid}), propriétaire des dossiers du \
-         dépôt, comme le ferait : runuser -u {} -- {} --config {} check-config",
+    say(format!(
+        "# lancé en root : {} sous le compte {} ({uid}), propriétaire des dossiers du \
+         dépôt, comme le ferait : runuser -u {} -- {} --config {} {}",
+        doing.noun,
         user.name,
         user.name,
         exe.display(),
-        path.display()
-    );
+        path.display(),
+        doing.command
+    ));
     if let Err(e) = switch_account(&user) {
-        return Err(fail(format!(
-            "passage au compte {} impossible : {e}",
-            user.name
-        )));
+        return Err(format!("passage au compte {} impossible : {e}", user.name));
     }
-    match config::load(path) {
-        Ok(c) => Ok(Some(c)),
-        Err(e) => {
-            let group = Group::from_gid(Gid::from_raw(user.gid.as_raw()))
-                .ok()
-                .flatten()
-                .map_or_else(|| user.gid.to_string(), |g| g.name);
-            Err(fail(format!(
-                "le compte {} ne peut pas lire sa configuration ({e}) : le programme lancé sous ce \
-                 compte refuserait de démarrer (conseillé : chown root:{group} {p} et chmod 640 {p})",
-                user.name,
-                p = path.display()
-            )))
-        }
-    }
+    config::load(path).map(Some).map_err(|e| {
+        let group = Group::from_gid(Gid::from_raw(user.gid.as_raw()))
+            .ok()
+            .flatten()
+            .map_or_else(|| user.gid.to_string(), |g| g.name);
+        format!(
+            "le compte {} ne peut pas lire sa configuration ({e}) : le programme lancé sous ce \
+             compte refuserait de démarrer (conseillé : chown root:{group} {p} et chmod 640 {p})",
+            user.name,
+            p = path.display()
+        )
+    })
 }
 
 /// Groups, then group, then user: the order in which each step is still allowed.

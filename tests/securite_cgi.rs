@@ -195,6 +195,7 @@ fn hostile_argvs(other_config: &str, listen_port: u16) -> Vec<(&'static str, Vec
         ),
         ("/upload.php", v(&["check-config"])),
         ("/upload.php", v(&["sweep"])),
+        ("/upload.php", v(&["etat", "--json", "--compter"])),
         ("/upload.php", v(&["consignes", "--avec-token"])),
         (
             "/upload.php",

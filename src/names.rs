@@ -2,16 +2,22 @@
 //! parameter, MCP `nom_fichier`) becomes a stored name (specification §5), and the encodings of a stored
 //! name for URLs and `Content-Disposition`.
 //!
-//! [`Name::parse`] is the only constructor of [`Name`]; the store builds paths from a [`Name`] only.
+//! [`Name::parse`] is the only constructor of [`Name`] from the outside: it stores every name in
+//! Unicode NFC, so that the composed and the decomposed spelling of `café.txt` are one name. The
+//! store builds paths from a [`Name`] only; the names it lists in its own folders become one
+//! through [`Name::listed`], which keeps them as they are written on disk.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 /// Longest accepted name in bytes: with `.json` the sidecar still fits the usual 255-byte limit.
 pub const MAX_NAME_BYTES: usize = 250;
 
-/// Names the store uses for itself inside `dossier_fichiers`.
+/// Names the store uses for itself inside `dossier_fichiers`, refused in any case: on a
+/// case-insensitive filesystem (CIFS, ext4 with `casefold`) `.META` is the folder `.meta`.
 pub const RESERVED: &[&str] = &[".meta", ".tmp"];
 
 /// Names beginning with this (in any case) are Apache's per-directory files (`.htaccess`,
@@ -21,8 +27,21 @@ pub const RESERVED: &[&str] = &[".meta", ".tmp"];
 /// host where the store has to live under the web root) stays.
 pub const RESERVED_PREFIX: &str = ".ht";
 
-/// Whether `name` (a basename) is reserved: [`RESERVED`], or [`RESERVED_PREFIX`] in any case.
+/// Whether `name` (a basename in NFC) is reserved: [`RESERVED`] or [`RESERVED_PREFIX`], in any
+/// case. Comparing ASCII letters without case is the whole of it: no other character folds onto
+/// them, once in NFC (`reserved_names_have_no_other_case_forms` checks every code point).
 fn is_reserved(name: &str) -> bool {
+    RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name))
+        || name
+            .get(..RESERVED_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED_PREFIX))
+}
+
+/// Whether a name read back from the store's own folders is one the store must leave alone: its
+/// own `.meta` and `.tmp` as it created them, and Apache's per-directory files (a deployer's
+/// `.htaccess`). Other spellings (`.META`, written by an earlier version that allowed it) are
+/// stored files, swept like the others.
+fn is_left_alone(name: &str) -> bool {
     RESERVED.contains(&name)
         || name
             .get(..RESERVED_PREFIX.len())
@@ -67,7 +86,7 @@ impl fmt::Display for NameError {
             NameError::TooLong => "nom de fichier trop long (250 octets au plus)",
             NameError::Reserved => {
                 "nom réservé (« .meta », « .tmp » et les noms qui commencent par « .ht » : \
-                 .htaccess, .htpasswd…)"
+                 .htaccess, .htpasswd…, en majuscules comme en minuscules)"
             }
         })
     }
@@ -80,6 +99,34 @@ impl std::error::Error for NameError {}
 /// `facture\u{202E}fdp.exe` display as `factureexe.pdf`.
 pub fn is_invisible_control(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+}
+
+/// `s` in Unicode NFC (borrowed when it already is, the common case).
+fn nfc(s: &str) -> Cow<'_, str> {
+    match is_nfc_quick(s.chars()) {
+        IsNormalized::Yes => Cow::Borrowed(s),
+        _ => Cow::Owned(s.nfc().collect()),
+    }
+}
+
+/// The rules of specification §5 that hold for every name, from a request or from a listing:
+/// not `.` nor `..`, no control character, no bidirectional control nor line separator, at most
+/// [`MAX_NAME_BYTES`].
+fn check(s: &str) -> Result<(), NameError> {
+    if s == "." || s == ".." {
+        return Err(NameError::DotName);
+    }
+    // C0 controls (NUL, LF, CR…), DEL and the C1 controls.
+    if s.chars().any(char::is_control) {
+        return Err(NameError::ControlCharacter);
+    }
+    if s.chars().any(is_invisible_control) {
+        return Err(NameError::InvisibleControl);
+    }
+    if s.len() > MAX_NAME_BYTES {
+        return Err(NameError::TooLong);
+    }
+    Ok(())
 }
 
 /// PHP's `basename()` on Linux: trailing `/` removed, then the last `/`-separated segment.
@@ -96,27 +143,36 @@ fn php_basename(raw: &[u8]) -> &[u8] {
 }
 
 impl Name {
-    /// The choke point: basename as PHP does, then every rule of specification §5.
+    /// The choke point: basename as PHP does, UTF-8, normalised to NFC, then every rule of
+    /// specification §5 applied to that NFC form (the name that is stored, measured, logged and
+    /// sent back).
     pub fn parse(raw: &[u8]) -> Result<Name, NameError> {
         let base = php_basename(raw);
         if base.is_empty() {
             return Err(NameError::Empty);
         }
         let s = std::str::from_utf8(base).map_err(|_| NameError::InvalidUtf8)?;
-        if s == "." || s == ".." {
-            return Err(NameError::DotName);
+        let s = nfc(s);
+        check(&s)?;
+        if is_reserved(&s) {
+            return Err(NameError::Reserved);
         }
-        // C0 controls (NUL, LF, CR…), DEL and the C1 controls.
-        if s.chars().any(char::is_control) {
-            return Err(NameError::ControlCharacter);
+        Ok(Name(s.into_owned()))
+    }
+
+    /// A name the store lists in its own folders (the sweep, the walk of the expiry index): the
+    /// rules of [`Name::parse`] except two, so that a pair written by an earlier version is still
+    /// judged and removed under the name it has on disk — no normalisation (a decomposed name
+    /// stays itself) and, among the reserved names, only the store's own folders as written and
+    /// Apache's `.ht*` files are left out (see `is_left_alone`). Never for a name from a request.
+    pub fn listed(raw: &[u8]) -> Result<Name, NameError> {
+        let base = php_basename(raw);
+        if base.is_empty() {
+            return Err(NameError::Empty);
         }
-        if s.chars().any(is_invisible_control) {
-            return Err(NameError::InvisibleControl);
-        }
-        if s.len() > MAX_NAME_BYTES {
-            return Err(NameError::TooLong);
-        }
-        if is_reserved(s) {
+        let s = std::str::from_utf8(base).map_err(|_| NameError::InvalidUtf8)?;
+        check(s)?;
+        if is_left_alone(s) {
             return Err(NameError::Reserved);
         }
         Ok(Name(s.to_string()))
@@ -239,6 +295,13 @@ mod tests {
             (b".meta", Err(NameError::Reserved)),
             (b".tmp", Err(NameError::Reserved)),
             (b"x/.meta", Err(NameError::Reserved)),
+            (b".META", Err(NameError::Reserved)),
+            (b".Tmp", Err(NameError::Reserved)),
+            (b".mEtA", Err(NameError::Reserved)),
+            (b"../.TMP/", Err(NameError::Reserved)),
+            (b".metas", Ok(".metas")),
+            (b".tmp.txt", Ok(".tmp.txt")),
+            (b"meta", Ok("meta")),
             (b".htaccess", Err(NameError::Reserved)),
             (b"../.htaccess", Err(NameError::Reserved)),
             (b".HTAccess", Err(NameError::Reserved)),
@@ -259,6 +322,128 @@ mod tests {
                 Ok(s) => assert_eq!(got.as_ref().map(Name::as_str), Ok(*s), "{raw:?}"),
                 Err(e) => assert_eq!(got, Err(*e), "{raw:?}"),
             }
+        }
+    }
+
+    /// The composed and the decomposed spelling of a name are one stored name, in NFC; the
+    /// rules hold for that NFC form.
+    #[test]
+    fn names_are_stored_in_nfc() {
+        let composed = "caf\u{e9}.txt";
+        for raw in [composed, "cafe\u{301}.txt", "x/cafe\u{301}.txt"] {
+            assert_eq!(
+                Name::parse(raw.as_bytes()).unwrap().as_str(),
+                composed,
+                "{raw:?}"
+            );
+        }
+        // Hangul jamo compose into one syllable; a singleton (the ohm sign) becomes omega.
+        assert_eq!(
+            Name::parse("\u{1100}\u{1161}.txt".as_bytes())
+                .unwrap()
+                .as_str(),
+            "\u{ac00}.txt"
+        );
+        assert_eq!(
+            Name::parse("1\u{2126}.txt".as_bytes()).unwrap().as_str(),
+            "1\u{3a9}.txt"
+        );
+        // What is measured, encoded and sent back is the NFC form.
+        let name = Name::parse("cafe\u{301}.txt".as_bytes()).unwrap();
+        assert_eq!(name.percent_encoded(), "caf%C3%A9.txt");
+        assert!(
+            name.content_disposition()
+                .ends_with("filename*=UTF-8''caf%C3%A9.txt")
+        );
+        assert_eq!(name.to_string(), composed);
+        // The Kelvin sign is K in NFC: `.\u{212a}` is no way around a rule either.
+        assert_eq!(Name::parse(".\u{212a}".as_bytes()).unwrap().as_str(), ".K");
+    }
+
+    /// The 250-byte limit applies to the NFC form: 125 decomposed `é` (375 bytes) are 250 bytes
+    /// once composed and pass; a character whose NFC form is longer (U+0958 is excluded from
+    /// composition: 3 bytes, 6 in NFC) is measured after normalisation.
+    #[test]
+    fn the_length_limit_applies_to_the_nfc_form() {
+        let decomposed = "e\u{301}".repeat(125);
+        assert_eq!(decomposed.len(), 375);
+        assert_eq!(
+            Name::parse(decomposed.as_bytes()).unwrap().as_str().len(),
+            250
+        );
+        let grows = "\u{958}".repeat(50);
+        assert_eq!(grows.len(), 150);
+        assert_eq!(Name::parse(grows.as_bytes()), Err(NameError::TooLong));
+        let fits = "\u{958}".repeat(41);
+        assert_eq!(Name::parse(fits.as_bytes()).unwrap().as_str().len(), 246);
+    }
+
+    /// Comparing ASCII letters without case is enough for the reserved names, even for a
+    /// case-insensitive filesystem, which compares names case-folded after decomposition (NFD;
+    /// ext4 `casefold`): a name folds onto `.meta`, `.tmp` or a `.ht…` name only through
+    /// characters whose folds are pieces of them. No code point that is not ASCII once
+    /// normalised (the Kelvin sign is `K`) folds to such a piece: its fold holds a non-ASCII
+    /// character (`ẖ` → `h` + U+0331), or is ASCII text found in none of them (`ſ` → `s`,
+    /// `ﬅ` → `st`). And no code point normalises to a `/` or a `.`, which would change the
+    /// basename or make `.` or `..`.
+    #[test]
+    fn reserved_names_have_no_other_case_forms() {
+        let could_be_part = |f: &str| {
+            RESERVED.iter().any(|r| r.contains(f))
+                || (0..RESERVED_PREFIX.len()).any(|p| {
+                    let rest = &RESERVED_PREFIX[p..];
+                    rest.starts_with(f) || f.starts_with(rest)
+                })
+        };
+        for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+            let nfd: String = c.to_string().nfd().collect();
+            if nfd.is_ascii() {
+                let nfc: String = c.to_string().nfc().collect();
+                assert!(nfc.is_ascii(), "U+{:04X}", c as u32);
+                assert!(
+                    !nfc.contains(['/', '.']) || c == '/' || c == '.',
+                    "U+{:04X}",
+                    c as u32
+                );
+                continue;
+            }
+            for folded in [
+                nfd.chars().flat_map(char::to_lowercase).collect::<String>(),
+                nfd.chars()
+                    .flat_map(char::to_uppercase)
+                    .flat_map(char::to_lowercase)
+                    .collect(),
+            ] {
+                assert!(
+                    !folded.is_ascii() || !could_be_part(&folded),
+                    "U+{:04X} folds to {folded:?}",
+                    c as u32
+                );
+            }
+        }
+    }
+
+    /// The store's own listings keep a name as written on disk, so that a pair left by an
+    /// earlier version (decomposed, or `.META`) is still swept under its own name; the store's
+    /// folders themselves and Apache's files are left alone.
+    #[test]
+    fn listed_names_are_kept_as_written() {
+        let decomposed = "cafe\u{301}.txt";
+        assert_eq!(
+            Name::listed(decomposed.as_bytes()).unwrap().as_str(),
+            decomposed
+        );
+        assert_eq!(Name::listed(b".META").unwrap().as_str(), ".META");
+        for left in [
+            &b".meta"[..],
+            b".tmp",
+            b".htaccess",
+            b".HTpasswd",
+            b"",
+            b"..",
+            b"a\nb",
+        ] {
+            assert!(Name::listed(left).is_err(), "{left:?}");
         }
     }
 

@@ -1,6 +1,8 @@
 //! Through the real binary: a name cannot forge log fields (a), names
-//! holding Unicode bidirectional controls or line separators are refused everywhere (b), and an
-//! absurd numeric value in the configuration stops the program with the key named (c).
+//! holding Unicode bidirectional controls or line separators are refused everywhere (b), an
+//! absurd numeric value in the configuration stops the program with the key named (c), and a
+//! name is one name whatever its Unicode form, the store's reserved names whatever their case
+//! (d).
 
 mod common;
 
@@ -87,19 +89,7 @@ fn a_name_cannot_forge_the_fields_of_a_log_line() {
 #[test]
 fn bidirectional_controls_and_line_separators_are_refused_everywhere() {
     let idp = IntrospectionServer::start("https://depot.example.org/mcp.php");
-    let toml = |s: &str| toml::Value::String(s.to_string()).to_string();
-    let a = Apache::with(
-        Mode::Fcgid,
-        &[
-            ("oauth_introspection_url", &toml(&idp.url())),
-            ("oauth_client_id", &toml(introspection::CLIENT_ID)),
-            ("oauth_client_secret", &toml(introspection::CLIENT_SECRET)),
-            (
-                "mcp_resource_url",
-                &toml("https://depot.example.org/mcp.php"),
-            ),
-        ],
-    );
+    let a = apache_with_oauth(&idp);
     let mcp = format!("{}/mcp.php", a.url());
     let auth = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
     for c in [
@@ -144,6 +134,176 @@ fn bidirectional_controls_and_line_separators_are_refused_everywhere() {
     let log = log_lines(&a).join("\n");
     assert!(log.contains(r"facture\u{202e}fdp.exe"), "{log}");
     assert!(!log.contains('\u{202E}'), "{log}");
+}
+
+/// A private Apache with mod_fcgid whose binary introspects at `idp`.
+fn apache_with_oauth(idp: &IntrospectionServer) -> Apache {
+    let toml = |s: &str| toml::Value::String(s.to_string()).to_string();
+    Apache::with(
+        Mode::Fcgid,
+        &[
+            ("oauth_introspection_url", &toml(&idp.url())),
+            ("oauth_client_id", &toml(introspection::CLIENT_ID)),
+            ("oauth_client_secret", &toml(introspection::CLIENT_SECRET)),
+            (
+                "mcp_resource_url",
+                &toml("https://depot.example.org/mcp.php"),
+            ),
+        ],
+    )
+}
+
+/// A legacy-era `tools/call` of `recuperer_fichier` for `name`, with a valid bearer.
+fn mcp_call(a: &Apache, name: &str) -> serde_json::Value {
+    let body = common::tools_call(7, json!({"nom_fichier": name, "mode": "lien"})).to_string();
+    let r = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        &format!("Authorization: Bearer {}", introspection::TOK_ACTIVE),
+        "-H",
+        "Content-Type: application/json",
+        "-H",
+        "Accept: application/json, text/event-stream",
+        "--data-binary",
+        &body,
+        &format!("{}/mcp.php", a.url()),
+    ]);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
+    r.json()
+}
+
+fn download(a: &Apache, name: &str) -> common::Reply {
+    curl(&[&format!(
+        "{}/download.php?fichier={}&token={}",
+        a.url(),
+        percent(name),
+        a.token()
+    )])
+}
+
+const COMPOSED: &str = "caf\u{e9}.txt";
+const DECOMPOSED: &str = "cafe\u{301}.txt";
+
+/// The composed and the decomposed spelling of `café.txt` are one stored name, in NFC: the
+/// upload of either answers the NFC name, stores one file under it, and a download or an MCP
+/// call by either spelling gets its bytes, the NFC name in `Content-Disposition`, the log and the
+/// link.
+#[test]
+fn a_name_is_one_name_whatever_its_unicode_form() {
+    let idp = IntrospectionServer::start("https://depot.example.org/mcp.php");
+    let a = apache_with_oauth(&idp);
+
+    let r = upload_named(&a, DECOMPOSED, b"premier");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
+    assert_eq!(r.json()["nom"], COMPOSED);
+    let link = r.json()["url_telechargement"].as_str().unwrap().to_string();
+    assert!(link.contains("fichier=caf%C3%A9.txt&"), "{link}");
+    assert_eq!(
+        common::entries(&a.state.files()),
+        [".meta", ".tmp", COMPOSED]
+    );
+    for spelling in [COMPOSED, DECOMPOSED] {
+        let d = download(&a, spelling);
+        assert_eq!(d.status, 200, "{spelling:?}: {}", d.text());
+        assert_eq!(d.body, b"premier", "{spelling:?}");
+        let cd = d.header("content-disposition").unwrap_or_default();
+        assert!(cd.ends_with("filename*=UTF-8''caf%C3%A9.txt"), "{cd}");
+    }
+    // A second upload under the other spelling replaces the first: still one file.
+    let r = upload_named(&a, COMPOSED, b"second");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["nom"], COMPOSED);
+    assert_eq!(
+        common::entries(&a.state.files()),
+        [".meta", ".tmp", COMPOSED]
+    );
+    assert_eq!(download(&a, DECOMPOSED).body, b"second");
+    let v = mcp_call(&a, DECOMPOSED);
+    let text = v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    let found: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    assert_eq!(found["nom"], COMPOSED, "{v}");
+    assert_eq!(found["taille_octets"], 6, "{v}");
+    let log = log_lines(&a).join("\n");
+    assert!(!log.contains(DECOMPOSED), "{log}");
+    assert_eq!(
+        log.matches(&format!("dépôt \"{COMPOSED}\"")).count(),
+        2,
+        "{log}"
+    );
+}
+
+/// `.META`, `.Tmp`, `.mEtA` (the store's own folders on a case-insensitive filesystem: CIFS,
+/// ext4 with `casefold`) are refused like `.meta`, at upload, download and in MCP.
+#[test]
+fn the_store_folders_are_reserved_in_any_case() {
+    let idp = IntrospectionServer::start("https://depot.example.org/mcp.php");
+    let a = apache_with_oauth(&idp);
+    for reserved in [".META", ".Tmp", ".mEtA", ".TMP"] {
+        let r = upload_named(&a, reserved, b"x");
+        assert_eq!(r.status, 400, "{reserved}: {}", r.text());
+        assert_eq!(
+            r.json()["erreur"],
+            "nom_invalide",
+            "{reserved}: {}",
+            r.text()
+        );
+        let r = download(&a, reserved);
+        assert_eq!(r.status, 400, "{reserved}: {}", r.text());
+        assert_eq!(
+            r.json()["erreur"],
+            "nom_invalide",
+            "{reserved}: {}",
+            r.text()
+        );
+        let v = mcp_call(&a, reserved);
+        assert_eq!(v["error"]["code"], -32602, "{reserved}: {v}");
+    }
+    assert_eq!(common::entries(&a.state.files()), [".meta", ".tmp"]);
+}
+
+/// A pair stored under a decomposed name by an earlier version (which kept names as sent) is
+/// still swept under that name once expired: the store judges the names it lists as they are
+/// on disk, not normalised (it would look for the NFC name and leave the pair forever).
+#[test]
+fn a_pair_left_under_a_decomposed_name_is_still_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    TestConfig::new(dir.path()).write(&config);
+    let sweep = || {
+        let o = Command::new(common::binary())
+            .arg("--config")
+            .arg(&config)
+            .arg("sweep")
+            .env_remove("GATEWAY_INTERFACE")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    sweep();
+    let files = dir.path().join("files");
+    let old = depot_fichiers::store::now_secs() - 7200;
+    for name in [DECOMPOSED, ".META"] {
+        fs::write(files.join(name), b"ancien").unwrap();
+        // Last downloaded two hours ago: past the inactivity delay too.
+        let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        fs::File::options()
+            .write(true)
+            .open(files.join(name))
+            .and_then(|f| f.set_modified(two_hours_ago))
+            .unwrap();
+        let sidecar = json!({"nom_original": name, "depot_timestamp": old, "taille_octets": 6});
+        fs::write(
+            files.join(".meta").join(format!("{name}.json")),
+            sidecar.to_string(),
+        )
+        .unwrap();
+    }
+    sweep();
+    assert_eq!(common::entries(&files), [".meta", ".tmp"]);
+    assert!(common::entries(&files.join(".meta")).is_empty());
 }
 
 #[test]

@@ -306,7 +306,7 @@ impl Store {
                     return Ok(true);
                 }
                 looked_at += 1;
-                let Ok(name) = Name::parse(raw) else {
+                let Ok(name) = Name::listed(raw) else {
                     let _ = rustix::fs::unlinkat(&dir, raw, AtFlags::empty());
                     continue;
                 };
@@ -431,11 +431,11 @@ impl Store {
             }
             names += 1;
             let name = match folder {
-                Folder::Root => Name::parse(raw).ok(),
+                Folder::Root => Name::listed(raw).ok(),
                 // A sidecar whose file is there was seen with its file.
                 Folder::Meta => raw
                     .strip_suffix(b".json")
-                    .and_then(|n| Name::parse(n).ok())
+                    .and_then(|n| Name::listed(n).ok())
                     .filter(|n| self.stored_size_of(n).is_none()),
             };
             let Some(name) = name else { return Ok(()) };

@@ -193,7 +193,7 @@ impl Store {
         // Phase 1, no lock: find candidates with metadata calls only.
         let mut candidates: Vec<Name> = Vec::new();
         for raw in &files {
-            let Ok(name) = Name::parse(raw) else {
+            let Ok(name) = Name::listed(raw) else {
                 continue; // never created by us
             };
             let Ok(st) = stat_entry(root_fd, raw, StatxFlags::MTIME | StatxFlags::BTIME) else {
@@ -220,7 +220,7 @@ impl Store {
             if file_set.contains(raw.as_slice()) {
                 continue;
             }
-            if let Ok(name) = Name::parse(raw) {
+            if let Ok(name) = Name::listed(raw) {
                 candidates.push(name);
             }
         }

@@ -355,6 +355,40 @@ fn check_dir(key: &str, p: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Refuses an introspection URL that would send the client secret and every bearer token in
+/// clear over a network: `http://` to anything but this machine (`key` produced `url`, `what`
+/// says how when it was derived). A loopback address stays allowed: the authorization server on
+/// this machine, or a local TLS tunnel to it.
+fn check_not_cleartext(key: &str, url: &str, what: &str) -> Result<(), ConfigError> {
+    if !url.starts_with("http://") || is_loopback_host(&url_host(url)) {
+        return Ok(());
+    }
+    Err(err(
+        key,
+        format!(
+            "« {url} »{what} est en http:// vers une autre machine : chaque introspection y \
+             enverrait en clair le secret oauth_client_secret et le jeton porteur du client. \
+             Utiliser https://, ou une adresse de cette machine (127.0.0.1, ::1, localhost : \
+             serveur d'autorisation local ou tunnel TLS local)"
+        ),
+    ))
+}
+
+/// Whether `host` (as [`url_host`] gives it) names this machine: `localhost`, an IPv4 address
+/// of 127.0.0.0/8, `::1`, or `::ffff:127.x.y.z`. Other names, even `*.localhost`, are resolved
+/// through the system's resolver and may lead elsewhere.
+fn is_loopback_host(host: &str) -> bool {
+    use std::net::IpAddr;
+    host == "localhost"
+        || match host.parse::<IpAddr>() {
+            Ok(IpAddr::V4(a)) => a.is_loopback(),
+            Ok(IpAddr::V6(a)) => {
+                a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+            }
+            Err(_) => false,
+        }
+}
+
 /// The example file, whose secret values are placeholders that must never be accepted.
 const EXAMPLE_FILE: &str = include_str!("../config.example.toml");
 
@@ -433,8 +467,14 @@ fn validate(mut c: Config, given: impl Fn(&str) -> bool) -> Result<Config, Confi
     c.url_base = c.url_base.trim_end_matches('/').to_string();
     if given("oauth_introspection_url") {
         check_url("oauth_introspection_url", &c.oauth_introspection_url)?;
+        check_not_cleartext("oauth_introspection_url", &c.oauth_introspection_url, "")?;
     } else {
         c.oauth_introspection_url = format!("{}/introspect", c.oauth_url.trim_end_matches('/'));
+        check_not_cleartext(
+            "oauth_url",
+            &c.oauth_introspection_url,
+            " (l'introspection par défaut, à <oauth_url>/introspect)",
+        )?;
     }
     if given("mcp_resource_url") {
         check_url("mcp_resource_url", &c.mcp_resource_url)?;
@@ -532,6 +572,16 @@ impl Config {
                      config.example.toml) ; {consequence}. Y mettre l'adresse réelle."
                 ));
             }
+        }
+        // The introspection itself is refused in clear at load (`check_not_cleartext`); the
+        // issuer that the metadata publishes is the clients' affair, still worth a word.
+        if self.oauth_url.starts_with("http://") && !is_loopback_host(&url_host(&self.oauth_url)) {
+            out.push(format!(
+                "oauth_url = « {} » est en http:// vers une autre machine : les clients MCP \
+                 parleront en clair au serveur d'autorisation (identifiants, codes, jetons). \
+                 Utiliser https://.",
+                self.oauth_url
+            ));
         }
         out
     }
@@ -735,6 +785,76 @@ oauth_client_secret = "s3cr3t-s3cr3t"
             let e = parse(&format!("{MINIMAL}\n{key} = \"\"")).unwrap_err();
             assert_eq!(e.key.as_deref(), Some(key));
         }
+    }
+
+    /// An introspection in clear over a network is refused at load, naming the key that gave
+    /// the URL: `oauth_introspection_url`, or `oauth_url` when the default is derived from it.
+    /// To this machine it is allowed; `https://` everywhere.
+    #[test]
+    fn introspection_in_clear_is_refused_unless_to_this_machine() {
+        let with = |oauth_url: &str, introspection: Option<&str>| {
+            let mut text = MINIMAL.replace("https://oauth.example.org", oauth_url);
+            if let Some(i) = introspection {
+                text.push_str(&format!("oauth_introspection_url = \"{i}\"\n"));
+            }
+            parse(&text)
+        };
+        for url in [
+            "http://auth.interne:8080/introspect",
+            "http://10.0.0.5/introspect",
+            "http://192.168.1.2:9000/x",
+            "http://[::2]/x",
+            "http://127.0.0.1.nip.io/x",
+            "http://foo.localhost/x",
+            "http://localhost@evil.example/x",
+            "http://[::ffff:10.0.0.1]/x",
+        ] {
+            let e = with("https://oauth.exemple.fr", Some(url)).unwrap_err();
+            assert_eq!(
+                e.key.as_deref(),
+                Some("oauth_introspection_url"),
+                "{url}: {e}"
+            );
+            assert!(e.message.contains("en clair"), "{url}: {e}");
+            assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        }
+        let e = with("http://auth.interne", None).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("oauth_url"), "{e}");
+        assert!(e.message.contains("http://auth.interne/introspect"), "{e}");
+        for url in [
+            "http://127.0.0.1:9/x",
+            "http://127.8.9.10/x",
+            "http://localhost:8080/realms/x",
+            "http://LOCALHOST./x",
+            "http://[::1]:9000/x",
+            "http://u:p@127.0.0.1/x",
+            "http://[::ffff:127.0.0.1]/x",
+            "https://auth.interne/x",
+            "https://10.0.0.5/x",
+        ] {
+            let c = with("https://oauth.exemple.fr", Some(url))
+                .unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(c.oauth_introspection_url, url);
+        }
+        assert!(with("http://127.0.0.1:9", None).is_ok());
+        // An issuer in clear with an introspection in https: a warning, not a refusal.
+        let c = with(
+            "http://auth.interne",
+            Some("https://auth.interne/introspect"),
+        )
+        .unwrap();
+        let w = c.warnings();
+        assert!(
+            w.iter()
+                .any(|w| w.starts_with("oauth_url = « http://auth.interne » est en http://")),
+            "{w:?}"
+        );
+        let c = with("http://127.0.0.1:9/as", None).unwrap();
+        assert!(
+            c.warnings().iter().all(|w| !w.contains("en clair")),
+            "{:?}",
+            c.warnings()
+        );
     }
 
     #[test]

@@ -171,6 +171,81 @@ fn the_example_domain_is_a_warning_only() {
     assert!(!stderr(&o).contains("attention"), "{}", stderr(&o));
 }
 
+/// An introspection URL in `http://` to another machine would carry `oauth_client_secret` and
+/// every bearer token in clear: `check-config` and the server refuse it, naming the key that gave
+/// it (`oauth_url` when the default `<oauth_url>/introspect` is used). To this machine it is
+/// accepted; an issuer in `http://` whose introspection is in `https://` is a warning only.
+#[test]
+fn an_introspection_in_clear_over_a_network_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let with = |oauth_url: &str, introspection: Option<&str>| {
+        example_config(root, |t| {
+            let t = t
+                .replace(EXAMPLE_TOKEN, TOKEN)
+                .replace(EXAMPLE_SECRET, "un-vrai-secret-de-client")
+                .replace("depot.example.org", "depot.exemple.fr")
+                .replace("\"https://oauth.example.org\"", &format!("{oauth_url:?}"));
+            match introspection {
+                Some(url) => t.replace(
+                    "# oauth_introspection_url = \"https://oauth.example.org/introspect\"",
+                    &format!("oauth_introspection_url = {url:?}"),
+                ),
+                None => t,
+            }
+        })
+    };
+    for (oauth_url, introspection, key) in [
+        (
+            "https://auth.exemple.fr",
+            Some("http://auth.interne:8080/realms/r/introspect"),
+            "oauth_introspection_url",
+        ),
+        ("http://auth.interne:8080/realms/r", None, "oauth_url"),
+    ] {
+        let config = with(oauth_url, introspection);
+        let o = check_config(&config);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(&format!("clé `{key}`")), "{err}");
+        assert!(err.contains("en clair"), "{err}");
+        assert!(!err.contains("un-vrai-secret-de-client"), "{err}");
+        let (code, err) = start(&config, root).expect("the server must refuse to start");
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains(&format!("clé `{key}`")), "{err}");
+    }
+    for (oauth_url, introspection) in [
+        ("http://127.0.0.1:8080/realms/r", None),
+        (
+            "https://auth.exemple.fr",
+            Some("http://[::1]:8080/introspect"),
+        ),
+        (
+            "https://auth.exemple.fr",
+            Some("http://localhost:8080/introspect"),
+        ),
+    ] {
+        let o = check_config(&with(oauth_url, introspection));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{oauth_url} {introspection:?}: {}",
+            stderr(&o)
+        );
+        assert!(!stderr(&o).contains("attention"), "{}", stderr(&o));
+    }
+    let o = check_config(&with(
+        "http://auth.interne",
+        Some("https://auth.interne/introspect"),
+    ));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("attention : oauth_url = « http://auth.interne » est en http://"),
+        "{err}"
+    );
+}
+
 /// Without `--config` nor `DEPOT_FICHIERS_CONFIG`, the file is looked for in the home folder the
 /// user database gives (root's here), never in `$HOME`: a valid file under a fake `$HOME` is not
 /// used. When `/etc/depot-fichiers/config.toml` is missing too (the package is not installed on

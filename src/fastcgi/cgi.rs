@@ -4,7 +4,11 @@
 //! The parameters are all the environment variables. The body is stdin, read by a plain thread
 //! (stdin may be a pipe, a file or a terminal: blocking reads are the portable way) into the same
 //! bounded [`Body`] channel as FastCGI, up to `CONTENT_LENGTH` when it is set, else to EOF. As in
-//! FastCGI, a body announced by `CONTENT_LENGTH` is read to its end before the response is written.
+//! FastCGI, a body announced by `CONTENT_LENGTH` is read to its end before the response is written,
+//! even when the handler refused the request without reading it: Apache (mod_cgid, mod_cgi)
+//! writes the whole body to the script before it reads the script's answer, so answering first
+//! gets the client nothing sooner, and a script gone before the end of the body makes Apache log
+//! "AH02651: Error writing request body to script" for each refusal (docs/GARANTIES.md).
 
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStringExt;

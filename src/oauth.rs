@@ -4,7 +4,12 @@
 //!
 //! Every failure of this boundary is an [`AuthError`]; [`AuthError::to_response`] is the one place
 //! where it becomes an HTTP answer (status, `WWW-Authenticate` challenge, `Retry-After`).
-//! Introspection results are never cached, the token is never logged in full ([`crate::log::redact`]).
+//! The token is never logged in full ([`crate::log::redact`]). An accepted token is introspected
+//! again at every use (a revoked one is refused at its next use); a refused one is refused again
+//! without a call for a few seconds, concurrent requests with a bearer not known to be valid
+//! make one call, and the calls in flight are bounded, all processes of the store together (the
+//! store's bookkeeping: `store/introspection.rs`), so that a flood of bad bearers cannot become
+//! as many calls.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
@@ -17,6 +22,7 @@ use crate::config::Config;
 use crate::http::Response;
 use crate::log::Log;
 use crate::log::{quoted, redact};
+use crate::store::{self, Admission, Store, Turn};
 
 /// Token types an access token may announce in the introspection answer (case-insensitive).
 const ACCESS_TOKEN_TYPES: &[&str] = &[
@@ -484,25 +490,132 @@ fn introspect_blocking(
     }
 }
 
+/// The name under which the store keeps what it knows of a bearer: HMAC-SHA256 of the token
+/// under `oauth_client_secret`, so that the store never holds the token, nor anything that would
+/// confirm a guess of it without the configuration.
+fn bearer_key(cfg: &Config, token: &str) -> [u8; 32] {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(cfg.oauth_client_secret.as_bytes())
+        .expect("HMAC takes keys of any length");
+    mac.update(b"depot-fichiers introspection\0");
+    mac.update(token.as_bytes());
+    mac.finalize().into_bytes().into()
+}
+
+/// What the blocking part of an introspection came to.
+enum Asked {
+    /// Refused less than [`store::REFUSAL_MEMORY`] ago: the reason then.
+    Remembered(String),
+    /// No place for a call (all taken for [`store::PLACE_WAIT`]).
+    Busy,
+    /// The call was made: its outcome, and the turn to record a refusal with (none when the
+    /// store's bookkeeping could not be used: the call was made without it).
+    Called(Result<(u16, String), String>, Option<Turn>),
+}
+
+/// Asks the store ([`Store::admit_introspection`]) then, if it says so, the authorization
+/// server; blocking. The bookkeeping is a protection of the authorization server, not a
+/// condition of the answer: when it cannot be used (a read-only store), the call is made
+/// anyway and `trouble` says why, for the log.
+fn ask_blocking(
+    store: &Store,
+    key: &[u8; 32],
+    call: impl FnOnce() -> Result<(u16, String), String>,
+    turn_wait: Duration,
+    trouble: &mut Option<String>,
+) -> Asked {
+    match store.admit_introspection(key, turn_wait) {
+        Ok(Admission::Refused(why)) => Asked::Remembered(why),
+        Ok(Admission::Busy) => Asked::Busy,
+        Ok(Admission::Ask(mut turn)) => {
+            let outcome = call();
+            turn.called();
+            Asked::Called(outcome, Some(turn))
+        }
+        Err(e) => {
+            *trouble = Some(e.to_string());
+            Asked::Called(call(), None)
+        }
+    }
+}
+
 /// POSTs the token to `oauth_introspection_url` and returns the answer as a JSON object; every
-/// failure is [`AuthError::Unavailable`].
+/// failure is [`AuthError::Unavailable`]. The call goes through the store's bookkeeping: a
+/// bearer refused a moment ago is [`AuthError::InvalidToken`] at once, no place for a call is
+/// [`AuthError::Unavailable`]; the returned [`Turn`] records this call's refusal, if any.
 pub async fn introspect(
     cfg: &Config,
     log: &Log,
+    store: &std::sync::Arc<Store>,
     token: &str,
-) -> Result<Map<String, Value>, AuthError> {
+) -> Result<(Map<String, Value>, Option<Turn>), AuthError> {
     let timeout = Duration::from_secs_f64(cfg.oauth_delai_max_secondes);
+    // The turn's holder is at most waiting for a place, then calling: past that, ask anyway.
+    let turn_wait = store::PLACE_WAIT + timeout + Duration::from_millis(500);
     let url = cfg.oauth_introspection_url.clone();
     let basic = client_basic_auth(cfg);
     let tok = token.to_string();
-    let call =
-        tokio::task::spawn_blocking(move || introspect_blocking(&url, &basic, &tok, timeout));
-    // ureq bounds the call itself; this outer bound only guards against a stuck worker.
-    let outcome = match tokio::time::timeout(timeout + Duration::from_secs(1), call).await {
-        Err(_) => Err("délai dépassé".to_string()),
-        Ok(Err(join)) => Err(format!("appel interrompu : {join}")),
-        Ok(Ok(r)) => r,
+    let key = bearer_key(cfg, token);
+    let store = std::sync::Arc::clone(store);
+    let ask = tokio::task::spawn_blocking(move || {
+        let mut trouble = None;
+        let call = || introspect_blocking(&url, &basic, &tok, timeout);
+        let asked = ask_blocking(&store, &key, call, turn_wait, &mut trouble);
+        (asked, trouble)
+    });
+    // ureq bounds the call itself, the store the waits; this outer bound only guards against a
+    // stuck worker.
+    let bound = turn_wait + store::PLACE_WAIT + timeout + Duration::from_secs(1);
+    let (outcome, turn) = match tokio::time::timeout(bound, ask).await {
+        Err(_) => (Err("délai dépassé".to_string()), None),
+        Ok(Err(join)) => (Err(format!("appel interrompu : {join}")), None),
+        Ok(Ok((asked, trouble))) => {
+            if let Some(why) = trouble {
+                log.error(&format!(
+                    "introspection sans la tenue du dépôt (refus récents, appels en cours) : {why}"
+                ));
+            }
+            match asked {
+                Asked::Remembered(why) => {
+                    return Err(AuthError::InvalidToken(format!(
+                        "{why} ; déjà refusé il y a moins de {} s, sans nouvelle introspection",
+                        store::REFUSAL_MEMORY.as_secs()
+                    )));
+                }
+                Asked::Busy => {
+                    return Err(AuthError::Unavailable(format!(
+                        "{} introspections déjà en cours depuis {} s",
+                        store::CALLS_IN_FLIGHT,
+                        store::PLACE_WAIT.as_secs()
+                    )));
+                }
+                Asked::Called(outcome, turn) => (outcome, turn),
+            }
+        }
     };
+    match answer_object(log, token, outcome) {
+        Ok(m) => Ok((m, turn)),
+        Err(e) => {
+            // No verdict on the bearer: nothing held against it, and nobody waits for its turn.
+            if let Some(turn) = turn
+                && let Err(why) = turn.unanswered()
+            {
+                log.error(&format!(
+                    "issue d'introspection non notée dans le dépôt : {why}"
+                ));
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The RFC 7662 answer of a call's outcome, as a JSON object; anything else is
+/// [`AuthError::Unavailable`]. The raw answer goes to the debug log.
+fn answer_object(
+    log: &Log,
+    token: &str,
+    outcome: Result<(u16, String), String>,
+) -> Result<Map<String, Value>, AuthError> {
     let (status, body) = outcome.map_err(AuthError::Unavailable)?;
     // The dump (a JSON parse and redaction) is only built when the debug log is on.
     if log.debug_enabled() {
@@ -549,17 +662,35 @@ fn refuse_own_secret(cfg: &Config, token: &str) -> Result<(), AuthError> {
 
 /// The whole check of specification §7 for one request, given its `Authorization` header. The
 /// caller logs a refusal ([`AuthError::log_words`]); `log` only gets the debug lines of the
-/// introspection.
+/// introspection, and a line when the store's bookkeeping could not be used. A token refused
+/// for what the authorization server answered ([`AuthError::InvalidToken`]: inactive, expired,
+/// foreign audience, not an access token) is remembered by the store for
+/// [`store::REFUSAL_MEMORY`]; an active one (accepted, or short of the scope) is only noted as
+/// such, so that its next requests do not wait for each other's turn: it is asked about again
+/// at every use. A 503 leaves nothing.
 pub async fn authorize(
     cfg: &Config,
     log: &Log,
+    store: &std::sync::Arc<Store>,
     authorization: Option<&str>,
 ) -> Result<TokenInfo, AuthError> {
     let token = extract_bearer(authorization)?;
     refuse_own_secret(cfg, token)?;
-    let answer = introspect(cfg, log, token).await?;
+    let (answer, turn) = introspect(cfg, log, store, token).await?;
     let now = jiff::Timestamp::now().as_second();
-    check_introspection(cfg, &answer, now)
+    let verdict = check_introspection(cfg, &answer, now);
+    if let Some(turn) = turn {
+        let noted = match &verdict {
+            Err(AuthError::InvalidToken(why)) => turn.refused(why),
+            _ => turn.valid(),
+        };
+        if let Err(e) = noted {
+            log.error(&format!(
+                "verdict d'introspection non noté dans le dépôt : {e}"
+            ));
+        }
+    }
+    verdict
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The OAuth check against a real introspection server (`tests/common/introspection.rs`): what is
-//! sent, what is accepted, what is refused and logged, the delay, an unreachable server.
+//! sent, what is accepted, what is refused and logged, the delay, an unreachable server; and,
+//! through Apache with mod_fcgid, what a flood of bearers costs the authorization server.
 
 mod common;
 
@@ -9,6 +10,8 @@ use common::introspection::{self as is, IntrospectionServer};
 use depot_fichiers::config::Config;
 use depot_fichiers::log::{LOG_FILE, Log};
 use depot_fichiers::oauth::{AuthError, authorize};
+use depot_fichiers::store::Store;
+use std::sync::Arc;
 
 /// A configuration rooted in `dir`, introspecting at `introspection_url`, with `extra` TOML lines.
 ///
@@ -41,6 +44,11 @@ fn log_text(dir: &std::path::Path) -> String {
     std::fs::read_to_string(dir.join("log").join(LOG_FILE)).unwrap_or_default()
 }
 
+/// The store of `cfg` (the introspection's bookkeeping lives in its `.tmp/`).
+fn store(cfg: &Config) -> Arc<Store> {
+    Arc::new(Store::open(cfg, &mut Vec::new()).unwrap())
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -54,7 +62,15 @@ fn against_a_real_introspection_server() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &server.url(), "debug = true");
     let log = Log::open(&cfg.dossier_log, true, 1 << 20, 1);
-    let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
+    let store = store(&cfg);
+    let auth = |tok: &str| {
+        rt().block_on(authorize(
+            &cfg,
+            &log,
+            &store,
+            Some(&format!("Bearer {tok}")),
+        ))
+    };
 
     let info = auth(is::TOK_ACTIVE).unwrap();
     assert_eq!(info.client_id.as_deref(), Some("claude"));
@@ -90,29 +106,45 @@ fn against_a_real_introspection_server() {
     ] {
         let e = auth(tok).unwrap_err();
         assert!(matches!(e, AuthError::InvalidToken(_)), "{tok}: {e:?}");
+        if tok == is::TOK_INACTIVE {
+            let header = format!("Bearer {tok}");
+            assert_eq!(
+                e.log_words(Some(&header)),
+                "token invalide (inactif) [token tok-…]"
+            );
+        }
     }
-    for tok in [
-        is::TOK_NOT_JSON,
-        is::TOK_JSON_ARRAY,
-        is::TOK_500,
-        is::TOK_REDIRECT,
-    ] {
-        let e = auth(tok).unwrap_err();
-        assert!(matches!(e, AuthError::Unavailable(_)), "{tok}: {e:?}");
-        assert_eq!(e.to_response(&cfg).status, 503);
+    // A 503 is never remembered: each of these asks again.
+    for _ in 0..2 {
+        for tok in [
+            is::TOK_NOT_JSON,
+            is::TOK_JSON_ARRAY,
+            is::TOK_500,
+            is::TOK_REDIRECT,
+        ] {
+            let before = server.recorded().len();
+            let e = auth(tok).unwrap_err();
+            assert!(matches!(e, AuthError::Unavailable(_)), "{tok}: {e:?}");
+            assert_eq!(e.to_response(&cfg).status, 503);
+            assert_eq!(server.recorded().len(), before + 1, "{tok}");
+        }
     }
-    // Nothing of the introspection server's table is cached: each call asks again.
+    // An accepted token is asked about at every use.
     let before = server.recorded().len();
     auth(is::TOK_ACTIVE).unwrap();
     auth(is::TOK_ACTIVE).unwrap();
     assert_eq!(server.recorded().len(), before + 2);
 
-    // authorize returns its error; the MCP handler writes the refusal line from these words.
-    let header = format!("Bearer {}", is::TOK_INACTIVE);
-    let e = auth(is::TOK_INACTIVE).unwrap_err();
+    // authorize returns its error; the MCP handler writes the refusal line from these words. A
+    // bearer refused a moment ago is refused again without a call, and the words say so.
+    let header = format!("Bearer {}", is::TOK_EXPIRED);
+    let before = server.recorded().len();
+    let e = auth(is::TOK_EXPIRED).unwrap_err();
+    assert_eq!(server.recorded().len(), before);
     assert_eq!(
         e.log_words(Some(&header)),
-        "token invalide (inactif) [token tok-…]"
+        "token invalide (expiré (exp) ; déjà refusé il y a moins de 5 s, sans nouvelle \
+         introspection) [token tok-…]"
     );
     let text = log_text(dir.path());
     assert!(text.contains("DEBUG introspection : HTTP 200"), "{text}");
@@ -130,7 +162,15 @@ fn host_name_introspection_url() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &url, "");
     let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
-    let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
+    let store = store(&cfg);
+    let auth = |tok: &str| {
+        rt().block_on(authorize(
+            &cfg,
+            &log,
+            &store,
+            Some(&format!("Bearer {tok}")),
+        ))
+    };
     for _ in 0..3 {
         let info = auth(is::TOK_ACTIVE).unwrap();
         assert_eq!(info.client_id.as_deref(), Some("claude"));
@@ -152,7 +192,15 @@ fn scope_required() {
         "oauth_scope_requis = \"fichiers:lire\"",
     );
     let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
-    let auth = |tok: &str| rt().block_on(authorize(&cfg, &log, Some(&format!("Bearer {tok}"))));
+    let store = store(&cfg);
+    let auth = |tok: &str| {
+        rt().block_on(authorize(
+            &cfg,
+            &log,
+            &store,
+            Some(&format!("Bearer {tok}")),
+        ))
+    };
     assert!(auth(is::TOK_ACTIVE).is_ok());
     for tok in [is::TOK_NO_SCOPE, is::TOK_OTHER_SCOPE] {
         let e = auth(tok).unwrap_err();
@@ -169,7 +217,12 @@ fn wrong_client_secret_is_a_503() {
     cfg.oauth_client_secret = "pas-le-bon-secret".into();
     let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
     let e = rt()
-        .block_on(authorize(&cfg, &log, Some("Bearer tok-active")))
+        .block_on(authorize(
+            &cfg,
+            &log,
+            &store(&cfg),
+            Some("Bearer tok-active"),
+        ))
         .unwrap_err();
     let AuthError::Unavailable(why) = &e else {
         panic!("{e:?}")
@@ -206,6 +259,7 @@ fn slow_server_is_cut_at_the_configured_delay() {
         .block_on(authorize(
             &cfg,
             &log,
+            &store(&cfg),
             Some(&format!("Bearer {}", is::TOK_SLOW)),
         ))
         .unwrap_err();
@@ -223,7 +277,12 @@ fn unreachable_server_is_a_503() {
     let cfg = config(dir.path(), &is::refused_url(), "");
     let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
     let e = rt()
-        .block_on(authorize(&cfg, &log, Some("Bearer tok-active")))
+        .block_on(authorize(
+            &cfg,
+            &log,
+            &store(&cfg),
+            Some("Bearer tok-active"),
+        ))
         .unwrap_err();
     assert!(
         matches!(&e, AuthError::Unavailable(w) if w.contains("injoignable")),
@@ -239,11 +298,11 @@ fn header_problems_never_reach_the_network() {
     let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
     let rt = rt();
     assert_eq!(
-        rt.block_on(authorize(&cfg, &log, None)),
+        rt.block_on(authorize(&cfg, &log, &store(&cfg), None)),
         Err(AuthError::Missing)
     );
     assert!(matches!(
-        rt.block_on(authorize(&cfg, &log, Some("Basic eDp5"))),
+        rt.block_on(authorize(&cfg, &log, &store(&cfg), Some("Basic eDp5"))),
         Err(AuthError::InvalidRequest(_))
     ));
     assert_eq!(AuthError::Missing.log_words(None), "token absent");
@@ -251,4 +310,187 @@ fn header_problems_never_reach_the_network() {
         AuthError::InvalidRequest("x".into()).log_words(Some("Basic eDp5")),
         "en-tête Authorization invalide (x)"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through Apache and mod_fcgid: many processes share the store's bookkeeping.
+// ---------------------------------------------------------------------------------------------
+
+const RESOURCE: &str = "https://depot.example.org/mcp.php";
+
+/// A private Apache with mod_fcgid whose binary introspects at `idp`.
+fn apache_with(idp: &IntrospectionServer) -> common::apache::Apache {
+    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+    common::apache::Apache::with(
+        common::apache::Mode::Fcgid,
+        &[
+            ("oauth_url", "\"http://127.0.0.1:9/as\""),
+            ("oauth_introspection_url", &q(&idp.url())),
+            ("oauth_client_id", &q(is::CLIENT_ID)),
+            ("oauth_client_secret", &q(is::CLIENT_SECRET)),
+            ("mcp_resource_url", &q(RESOURCE)),
+        ],
+    )
+}
+
+/// `tools/list` on `/mcp.php` with `bearer`.
+fn mcp_with(a: &common::apache::Apache, bearer: &str) -> common::Reply {
+    common::curl(&[
+        "-X",
+        "POST",
+        "-H",
+        &format!("Authorization: Bearer {bearer}"),
+        "-H",
+        "Content-Type: application/json",
+        "-H",
+        "Accept: application/json, text/event-stream",
+        "--data-binary",
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        &format!("{}/mcp.php", a.url()),
+    ])
+}
+
+/// The usual refusal of a bad bearer: 401 with the `invalid_token` challenge.
+fn assert_invalid_token(r: &common::Reply, what: &str) {
+    assert_eq!(r.status, 401, "{what}: {}", r.text());
+    let challenge = r.header("www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.starts_with("Bearer error=\"invalid_token\", resource_metadata=\"")
+            && challenge.ends_with("/.well-known/oauth-protected-resource/mcp.php\""),
+        "{what}: {challenge}"
+    );
+}
+
+/// One request per bearer of `bearers`, `parallel` at a time: the answers.
+fn flood(a: &common::apache::Apache, bearers: &[String], parallel: usize) -> Vec<common::Reply> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let answers = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..parallel {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(bearer) = bearers.get(i) else { break };
+                    let r = mcp_with(a, bearer);
+                    answers.lock().unwrap().push(r);
+                }
+            });
+        }
+    });
+    answers.into_inner().unwrap()
+}
+
+/// 200 requests with one bad bearer, 16 at a time, through mod_fcgid's processes: all answered
+/// 401 with the usual challenge, at the cost of a handful of introspections (one per
+/// 5-second window, at most two around a window's edge), not 200. A bearer that then becomes
+/// valid is accepted once the last refusal is 5 s old (asked again, not remembered), and a
+/// valid bearer is asked about at every use: revoked, it is refused at its next request.
+#[test]
+fn a_flood_of_one_bad_bearer_costs_a_handful_of_introspections() {
+    let idp = IntrospectionServer::start(RESOURCE);
+    let a = apache_with(&idp);
+    const BAD: &str = "tok-inconnu-du-serveur-0001";
+    audit::secret(BAD);
+    let started = std::time::Instant::now();
+    let answers = flood(&a, &vec![BAD.to_string(); 200], 16);
+    let took = started.elapsed();
+    assert_eq!(answers.len(), 200);
+    for (i, r) in answers.iter().enumerate() {
+        assert_invalid_token(r, &format!("request {i}"));
+    }
+    let calls = idp.calls_for(BAD).len();
+    let windows = 1 + took.as_secs() as usize / 5;
+    assert!(
+        (1..=2 * windows).contains(&calls),
+        "{calls} introspections for 200 requests in {took:?}\n{}",
+        a.state.logs()
+    );
+    let log = std::fs::read_to_string(a.state.log_file()).unwrap();
+    let refusals = log.lines().filter(|l| l.ends_with("— REFUSÉ")).count();
+    let remembered = log.lines().filter(|l| l.contains("déjà refusé")).count();
+    assert_eq!(refusals, 200, "{log}");
+    assert_eq!(remembered, 200 - calls, "{log}");
+    assert!(!log.contains(BAD), "the bearer is in the log");
+    assert!(!log.contains("sans la tenue du dépôt"), "{log}");
+
+    // A bearer refused, then made valid at the authorization server: refused again at once
+    // (remembered, no call), accepted at the latest 5 s after its refusal (+1 s).
+    const SOON: &str = "tok-bientot-valide-0002";
+    audit::secret(SOON);
+    assert_invalid_token(&mcp_with(&a, SOON), "first use");
+    let refused_at = *idp.calls_for(SOON).last().unwrap();
+    idp.set_active(SOON, true);
+    assert_invalid_token(&mcp_with(&a, SOON), "right after it became valid");
+    assert_eq!(
+        idp.calls_for(SOON).len(),
+        1,
+        "a remembered refusal asked again"
+    );
+    let accepted_at = loop {
+        let asked_at = std::time::Instant::now();
+        let r = mcp_with(&a, SOON);
+        if r.status == 200 {
+            break asked_at;
+        }
+        assert_invalid_token(&r, "while remembered");
+        assert!(
+            asked_at - refused_at < std::time::Duration::from_secs(6),
+            "still refused {:?} after the refusal",
+            asked_at - refused_at
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(accepted_at - refused_at >= std::time::Duration::from_secs(4));
+    assert_eq!(idp.calls_for(SOON).len(), 2);
+
+    // Valid: asked about at every use; revoked, refused at its next use.
+    for _ in 0..3 {
+        assert_eq!(mcp_with(&a, SOON).status, 200);
+    }
+    assert_eq!(idp.calls_for(SOON).len(), 5);
+    idp.set_active(SOON, false);
+    assert_invalid_token(&mcp_with(&a, SOON), "revoked");
+    assert_eq!(idp.calls_for(SOON).len(), 6);
+}
+
+/// Distinct bad bearers cannot be remembered; what bounds them is the number of calls in
+/// flight for the whole store: 24 slow introspections asked for 16 at a time by mod_fcgid's
+/// processes are never more than four at once at the authorization server. Each request gets
+/// the usual 401, or, when no place came within its wait, 503 with `Retry-After` and no
+/// challenge (the caller's token is not at fault).
+#[test]
+fn calls_in_flight_to_the_authorization_server_are_bounded() {
+    let idp = IntrospectionServer::start(RESOURCE);
+    let a = apache_with(&idp);
+    let bearers: Vec<String> = (0..24)
+        .map(|i| format!("{}{i:04}", is::SLOW_INACTIVE_PREFIX))
+        .collect();
+    let answers = flood(&a, &bearers, 16);
+    assert_eq!(answers.len(), 24);
+    let mut refused = 0;
+    for r in &answers {
+        match r.status {
+            401 => {
+                assert_invalid_token(r, "slow bearer");
+                refused += 1;
+            }
+            503 => {
+                assert!(r.header("retry-after").is_some(), "{}", r.text());
+                assert!(r.header("www-authenticate").is_none(), "{}", r.text());
+            }
+            other => panic!("{other}: {}", r.text()),
+        }
+    }
+    assert!(refused > 0, "{}", a.state.logs());
+    let log = std::fs::read_to_string(a.state.log_file()).unwrap();
+    assert!(
+        !log.contains("sans la tenue du dépôt"),
+        "calls made without the bookkeeping:\n{log}"
+    );
+    assert!(
+        idp.max_in_flight() <= depot_fichiers::store::CALLS_IN_FLIGHT,
+        "{} introspections in flight at once",
+        idp.max_in_flight()
+    );
+    assert!(idp.recorded().len() <= 24);
 }

@@ -291,7 +291,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         ));
     }
     let authorization = req.header("Authorization");
-    if let Err(e) = oauth::authorize(cfg, &app.log, authorization).await {
+    if let Err(e) = oauth::authorize(cfg, &app.log, &app.store, authorization).await {
         app.log
             .refused(&format!("{WHAT} — {}", e.log_words(authorization)));
         return e.to_response(cfg);

@@ -153,6 +153,23 @@ fn acquire(file: &File, kind: Kind, outage: &Outage, waiting: Waiting) -> io::Re
     }
 }
 
+/// Takes an exclusive `flock` on `file`, one of the store's bookkeeping files (not the store
+/// lock: no [`Outage`] is kept for it), waiting at most `wait` as the store lock is waited for:
+/// `Ok(false)` when the wait ran out.
+pub(super) fn lock_exclusive_within(
+    file: &File,
+    wait: Duration,
+    waiting: Waiting,
+) -> io::Result<bool> {
+    if try_take(file, Kind::Exclusive)? {
+        return Ok(true);
+    }
+    match waiting {
+        Waiting::Blocking => wait_for_lock(file, Kind::Exclusive, wait),
+        Waiting::Polling => poll_for_lock(file, Kind::Exclusive, wait),
+    }
+}
+
 /// A blocking `flock` interrupted after `wait`: `Ok(false)` when the wait ran out.
 fn wait_for_lock(file: &File, kind: Kind, wait: Duration) -> io::Result<bool> {
     use nix::sys::signal::{SigEvent, SigevNotify, Signal};

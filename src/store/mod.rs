@@ -8,7 +8,9 @@
 //! - `.tmp/index/`: the expiry index (`index.rs`) and the totals of what is stored, with the
 //!   check that keeps them true (`total.rs`);
 //! - `.tmp/envoi-*`: second names of stored files handed to the web server by `X-Sendfile`
-//!   ([`Store::sendfile_alias`]), removed by the sweep after a minute.
+//!   ([`Store::sendfile_alias`]), removed by the sweep after a minute;
+//! - `.tmp/introspection/`: the bookkeeping of the calls to the authorization server
+//!   (`introspection.rs`: recent refusals, one call per bearer, the calls in flight).
 //!
 //! Rooms: this file holds the layout and [`Store`] (the folders' descriptors, paths, opening);
 //! `lock.rs` the store lock as a guard, shared or exclusive; `expiry.rs` the verdicts of
@@ -38,6 +40,7 @@
 
 mod expiry;
 mod index;
+mod introspection;
 mod lock;
 mod lookup;
 mod publish;
@@ -60,6 +63,7 @@ use crate::config::Config;
 use crate::folders;
 
 pub use expiry::now_secs;
+pub use introspection::{Admission, CALLS_IN_FLIGHT, PLACE_WAIT, REFUSAL_MEMORY, Turn};
 pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
 pub use lookup::{Found, Looked};
 pub use publish::{Published, Upload};

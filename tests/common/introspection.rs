@@ -2,18 +2,21 @@
 //! `std::net` and one thread per connection, answers chosen per token from a fixed table.
 //!
 //! It checks HTTP Basic client authentication (a wrong secret gets `401 invalid_client`), parses
-//! the form body (`token=…`), and records every request. Dropping the server stops it (the accept
-//! loop is woken and joined; connection threads end on their own, the slowest after
-//! [`SLOW_SECONDS`]). Used by the integration tests under `tests/`.
+//! the form body (`token=…`), and records every request (with when it came) and how many it
+//! was answering at once at most (from a request read to the moment its answer goes out). A test can make any token active or inactive while it runs
+//! ([`IntrospectionServer::set_active`]). Dropping the server stops it (the accept loop is woken
+//! and joined; connection threads end on their own, the slowest after [`SLOW_SECONDS`]). Used by
+//! the integration tests under `tests/`.
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The client this server knows.
 pub const CLIENT_ID: &str = "depot client";
@@ -62,6 +65,11 @@ pub const TOKENS: [&str; 17] = [
     TOK_REDIRECT,
 ];
 
+/// Tokens beginning with this are inactive, answered after [`SLOW_INACTIVE_MILLIS`]: calls that
+/// stay in flight long enough to be counted.
+pub const SLOW_INACTIVE_PREFIX: &str = "tok-lent-";
+pub const SLOW_INACTIVE_MILLIS: u64 = 300;
+
 /// The scope granted by the table.
 pub const SCOPE: &str = "fichiers:lire";
 
@@ -73,13 +81,25 @@ pub struct Recorded {
     pub authorization: Option<String>,
     pub content_type: Option<String>,
     pub body: String,
+    /// When the request was read.
+    pub at: Instant,
+}
+
+/// What the connection threads share.
+#[derive(Default)]
+struct Shared {
+    requests: Mutex<Vec<Recorded>>,
+    /// Tokens made active (`true`) or inactive (`false`) by the test, over the table.
+    overrides: Mutex<HashMap<String, bool>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
 }
 
 pub struct IntrospectionServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
-    pub requests: Arc<Mutex<Vec<Recorded>>>,
+    shared: Arc<Shared>,
 }
 
 impl IntrospectionServer {
@@ -88,17 +108,17 @@ impl IntrospectionServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         let addr = listener.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let (stop2, req2, resource) = (stop.clone(), requests.clone(), resource.to_string());
+        let shared = Arc::new(Shared::default());
+        let (stop2, shared2, resource) = (stop.clone(), shared.clone(), resource.to_string());
         let accept = std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if stop2.load(Ordering::SeqCst) {
                     break;
                 }
                 let Ok(stream) = conn else { continue };
-                let (req3, res3, stop3) = (req2.clone(), resource.clone(), stop2.clone());
+                let (shared3, res3, stop3) = (shared2.clone(), resource.clone(), stop2.clone());
                 std::thread::spawn(move || {
-                    let _ = serve(stream, &req3, &res3, &stop3);
+                    let _ = serve(stream, &shared3, &res3, &stop3);
                 });
             }
         });
@@ -106,7 +126,7 @@ impl IntrospectionServer {
             addr,
             stop,
             accept: Some(accept),
-            requests,
+            shared,
         }
     }
 
@@ -115,7 +135,30 @@ impl IntrospectionServer {
     }
 
     pub fn recorded(&self) -> Vec<Recorded> {
-        self.requests.lock().unwrap().clone()
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// When each introspection of `token` came.
+    pub fn calls_for(&self, token: &str) -> Vec<Instant> {
+        self.recorded()
+            .iter()
+            .filter(|r| form_field(&r.body, "token").as_deref() == Some(token))
+            .map(|r| r.at)
+            .collect()
+    }
+
+    /// From now on, `token` is answered active (a valid token of the table) or inactive.
+    pub fn set_active(&self, token: &str, active: bool) {
+        self.shared
+            .overrides
+            .lock()
+            .unwrap()
+            .insert(token.to_string(), active);
+    }
+
+    /// The most requests the server was answering at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
     }
 }
 
@@ -203,8 +246,8 @@ pub fn expected_basic() -> String {
     )
 }
 
-/// The answer for one token: (status, body, delay).
-fn answer(token: &str, resource: &str) -> (u16, String, u64) {
+/// The answer for one token: (status, body, delay in milliseconds).
+fn answer(token: &str, resource: &str, overrides: &HashMap<String, bool>) -> (u16, String, u64) {
     let exp = now() + 3600;
     let ok = |extra: serde_json::Value| {
         let mut v = serde_json::json!({
@@ -221,6 +264,14 @@ fn answer(token: &str, resource: &str) -> (u16, String, u64) {
         (200, v.to_string(), 0)
     };
     use serde_json::json;
+    match overrides.get(token) {
+        Some(true) => return ok(json!({})),
+        Some(false) => return (200, r#"{"active":false}"#.into(), 0),
+        None => {}
+    }
+    if token.starts_with(SLOW_INACTIVE_PREFIX) {
+        return (200, r#"{"active":false}"#.into(), SLOW_INACTIVE_MILLIS);
+    }
     match token {
         TOK_ACTIVE => ok(json!({})),
         TOK_INACTIVE => (200, r#"{"active":false}"#.into(), 0),
@@ -243,7 +294,7 @@ fn answer(token: &str, resource: &str) -> (u16, String, u64) {
         TOK_REFRESH_TYPE => ok(json!({"token_type": "refresh_token"})),
         TOK_SLOW => {
             let (s, b, _) = ok(json!({}));
-            (s, b, SLOW_SECONDS)
+            (s, b, SLOW_SECONDS * 1000)
         }
         TOK_NOT_JSON => (200, "<html>bonjour</html>".into(), 0),
         TOK_JSON_ARRAY => (200, "[]".into(), 0),
@@ -255,7 +306,7 @@ fn answer(token: &str, resource: &str) -> (u16, String, u64) {
 
 fn serve(
     stream: TcpStream,
-    log: &Mutex<Vec<Recorded>>,
+    shared: &Shared,
     resource: &str,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
@@ -296,20 +347,25 @@ fn serve(
         authorization: get("authorization"),
         content_type: get("content-type"),
         body: body.clone(),
+        at: Instant::now(),
     };
-    log.lock().unwrap().push(rec.clone());
+    shared.requests.lock().unwrap().push(rec.clone());
+    let now_in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    shared
+        .max_in_flight
+        .fetch_max(now_in_flight, Ordering::SeqCst);
     let (status, text, delay) = if method != "POST" {
         (405, r#"{"error":"invalid_request"}"#.to_string(), 0)
     } else if rec.authorization.as_deref() != Some(expected_basic().as_str()) {
         (401, r#"{"error":"invalid_client"}"#.to_string(), 0)
     } else {
         match form_field(&body, "token") {
-            Some(t) => answer(&t, resource),
+            Some(t) => answer(&t, resource, &shared.overrides.lock().unwrap()),
             None => (400, r#"{"error":"invalid_request"}"#.to_string(), 0),
         }
     };
     if delay > 0 {
-        std::thread::sleep(Duration::from_secs(delay));
+        std::thread::sleep(Duration::from_millis(delay));
     }
     let reason = match status {
         200 => "OK",
@@ -328,6 +384,9 @@ fn serve(
     } else {
         ""
     };
+    // Out of flight before the answer leaves: the client can only count a call as over once it
+    // has read the answer, so a call counted here is always one the client still counts.
+    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     write!(
         out,
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n{location}Connection: close\r\n\r\n{text}",

@@ -918,9 +918,22 @@ pub fn stress_with(
     let tmp = entries(&files.join(".tmp"));
     if tmp
         .iter()
-        .any(|n| !["verrou", "balayage", "index"].contains(&n.as_str()))
+        .any(|n| !["verrou", "balayage", "index", "introspection"].contains(&n.as_str()))
     {
         h.violation(format!("left in .tmp: {tmp:?}"));
+    }
+    // The introspection bookkeeping: its places, and the verdicts of the last two 5-second
+    // windows of the last MCP request at most (each admission removes the older ones).
+    let introspection = files.join(".tmp/introspection");
+    if introspection.exists() {
+        let kept = entries(&introspection);
+        let windows = kept.iter().filter(|n| n.parse::<u64>().is_ok()).count();
+        let other = kept
+            .iter()
+            .any(|n| n.parse::<u64>().is_err() && !n.starts_with("place-"));
+        if windows > 2 || other {
+            h.violation(format!("left in .tmp/introspection: {kept:?}"));
+        }
     }
     // The expiry index keeps no entry for a file that is gone: no bucket is left.
     let buckets: Vec<String> = entries(&files.join(".tmp/index"))

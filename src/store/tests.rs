@@ -24,9 +24,10 @@ pub(crate) fn test_store(dir: &Path, extra: &str) -> (Config, Store) {
 }
 
 /// A temporary folder in memory (`/dev/shm`) where there is one, for the tests that count what
-/// one sweep removes: the sweep also stops after 20 ms, and on a filesystem mounted with
-/// `discard` every unlink waits for the device (3.5 ms measured on an ext4 of a virtual machine),
-/// so that time, not the count, would end the sweep first.
+/// one sweep or one step of the walk does: both also stop after a time (20 ms, 5 ms), and on an
+/// ext4 without a journal mounted with `discard` every unlink waits for the device (3.5 ms
+/// measured on a virtual machine, `bench/discard`), so that time, not the count, would end them
+/// first.
 fn memory_tempdir() -> tempfile::TempDir {
     match tempfile::tempdir_in("/dev/shm") {
         Ok(d) => d,
@@ -564,7 +565,7 @@ fn the_size_limit_comes_before_the_capacity() {
 
 #[test]
 fn the_sweep_reads_only_the_due_entries_of_the_index() {
-    let d = tempfile::tempdir().unwrap();
+    let d = memory_tempdir();
     let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 1");
     let files = d.path().join("files");
     let a = put(&store, "a", b"1").sidecar.depot_timestamp;
@@ -652,7 +653,7 @@ fn a_sweep_stops_at_its_budget_and_the_next_request_goes_on() {
 /// in bounded steps, each request going on with it, and what is due is then removed.
 #[test]
 fn the_walk_adopts_a_store_the_index_does_not_know() {
-    let d = tempfile::tempdir().unwrap();
+    let d = memory_tempdir();
     let extra = "duree_inactivite_secondes = 600\nduree_max_depot_secondes = 3600";
     let files = d.path().join("files");
     {
@@ -802,7 +803,7 @@ fn a_file_put_by_hand_is_found_by_the_next_pass_of_the_walk() {
 /// total lost is counted again before a refusal, and `recount_total` counts exactly.
 #[test]
 fn the_capacity_follows_the_kept_total() {
-    let d = tempfile::tempdir().unwrap();
+    let d = memory_tempdir();
     let (_, store) = test_store(
         d.path(),
         "taille_max_totale_octets = 25\nduree_inactivite_secondes = 1",

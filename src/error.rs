@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::http::Response;
 use crate::log::quoted;
 use crate::names::NameError;
-use crate::store::StoreError;
+use crate::store::{ResumableError, StoreError};
 
 /// mod_fcgid's default `FcgidMaxRequestLen`, which a shared host's users cannot change.
 pub const MOD_FCGID_MAX_REQUEST_LEN: u64 = 131_072;
@@ -30,6 +30,23 @@ pub enum ApiError {
     /// The store lock stayed held past its deadline: retry after this many seconds.
     StockageOccupe(u64),
     ErreurInterne(String),
+    /// The bytes received do not have the SHA-256 the sender stated: nothing was published.
+    EmpreinteIncorrecte {
+        /// What the sender stated (hexadecimal).
+        annoncee: String,
+        /// What the bytes received have (hexadecimal).
+        recue: String,
+    },
+    /// No resumable upload of that id (never created, expired, cancelled, forged).
+    RepriseIntrouvable,
+    /// A part sent at another offset than the upload's: the offset to resume from.
+    DecalageIncorrect(u64),
+    /// Another request is writing to the same resumable upload.
+    RepriseOccupee,
+    /// A part beyond the announced length, or lengths that contradict each other.
+    LongueurIncoherente(String),
+    /// The resumable upload was already published: nothing can be appended.
+    RepriseTerminee,
     /// The configuration (or the folders it names) cannot be used: the reason, for the site's
     /// error log only (it names paths and keys, which the public is not told).
     ServeurMalConfigure(String),
@@ -39,9 +56,14 @@ impl ApiError {
     pub fn status(&self) -> u16 {
         match self {
             ApiError::TokenInvalide => 401,
-            ApiError::FichierAbsent | ApiError::RequeteInvalide(_) | ApiError::NomInvalide(_) => {
-                400
-            }
+            ApiError::FichierAbsent
+            | ApiError::RequeteInvalide(_)
+            | ApiError::NomInvalide(_)
+            | ApiError::EmpreinteIncorrecte { .. }
+            | ApiError::LongueurIncoherente(_)
+            | ApiError::RepriseTerminee => 400,
+            ApiError::RepriseIntrouvable => 404,
+            ApiError::DecalageIncorrect(_) | ApiError::RepriseOccupee => 409,
             ApiError::FichierTropVolumineux(_) | ApiError::CorpsEcarte => 413,
             ApiError::FichierIntrouvable => 404,
             ApiError::MethodeNonAutorisee(_) => 405,
@@ -65,6 +87,12 @@ impl ApiError {
             ApiError::StockagePlein(_) => "stockage_plein",
             ApiError::StockageOccupe(_) => "stockage_occupe",
             ApiError::ErreurInterne(_) | ApiError::ServeurMalConfigure(_) => "erreur_interne",
+            ApiError::EmpreinteIncorrecte { .. } => "empreinte_incorrecte",
+            ApiError::RepriseIntrouvable => "reprise_introuvable",
+            ApiError::DecalageIncorrect(_) => "decalage_incorrect",
+            ApiError::RepriseOccupee => "reprise_occupee",
+            ApiError::LongueurIncoherente(_) => "longueur_incoherente",
+            ApiError::RepriseTerminee => "reprise_terminee",
         }
     }
 
@@ -100,6 +128,31 @@ impl ApiError {
                 "Stockage momentanément occupé : réessayer dans {secs} s (en-tête Retry-After)."
             ),
             ApiError::ErreurInterne(_) => "Erreur interne du serveur.".into(),
+            ApiError::EmpreinteIncorrecte { .. } => {
+                "Les octets reçus n'ont pas l'empreinte SHA-256 annoncée : rien n'a été publié \
+                 ni gardé. Recommencer le dépôt."
+                    .into()
+            }
+            ApiError::RepriseIntrouvable => {
+                "Reprise introuvable : identifiant inconnu, reprise expirée ou annulée. \
+                 Recommencer le dépôt."
+                    .into()
+            }
+            ApiError::DecalageIncorrect(at) => format!(
+                "Décalage incorrect : le dépôt en est à l'octet {at} ; reprendre de là (en-tête \
+                 Upload-Offset)."
+            ),
+            ApiError::RepriseOccupee => {
+                "Une autre requête écrit en ce moment dans cette reprise : redemander le décalage \
+                 (HEAD) dans un instant, puis reprendre."
+                    .into()
+            }
+            ApiError::LongueurIncoherente(why) => format!("Longueur incohérente : {why}."),
+            ApiError::RepriseTerminee => {
+                "Cette reprise est déjà publiée : rien ne peut plus y être ajouté (un GET de son \
+                 adresse rend la réponse du dépôt)."
+                    .into()
+            }
             ApiError::ServeurMalConfigure(_) => {
                 "Serveur mal configuré : la raison est écrite dans le journal d'erreurs du site \
                  (mod_fcgid, mod_cgi ; celui du serveur avec mod_cgid), et « depot-fichiers \
@@ -129,6 +182,14 @@ impl ApiError {
             ApiError::StockagePlein(d) => format!("stockage plein ({d})"),
             ApiError::StockageOccupe(_) => format!("stockage occupé ({})", StoreError::Busy),
             ApiError::ErreurInterne(d) => format!("erreur interne ({d})"),
+            ApiError::EmpreinteIncorrecte { annoncee, recue } => {
+                format!("empreinte incorrecte (annoncée {annoncee}, reçue {recue})")
+            }
+            ApiError::RepriseIntrouvable => "reprise introuvable ou expirée".into(),
+            ApiError::DecalageIncorrect(at) => format!("décalage incorrect (attendu {at})"),
+            ApiError::RepriseOccupee => "reprise occupée par une autre requête".into(),
+            ApiError::LongueurIncoherente(why) => format!("longueur incohérente ({why})"),
+            ApiError::RepriseTerminee => "reprise déjà publiée".into(),
             ApiError::ServeurMalConfigure(d) => format!("serveur mal configuré ({d})"),
         }
     }
@@ -144,6 +205,8 @@ impl ApiError {
             ApiError::PlageInvalide(size) => r.header("Content-Range", format!("bytes */{size}")),
             ApiError::TokenInvalide => r.header("WWW-Authenticate", "Bearer"),
             ApiError::StockageOccupe(secs) => r.header("Retry-After", secs.to_string()),
+            ApiError::DecalageIncorrect(at) => r.header("Upload-Offset", at.to_string()),
+            ApiError::RepriseOccupee => r.header("Retry-After", "1"),
             ApiError::ServeurMalConfigure(why) => r.with_diagnostic(why.clone()),
             _ => r,
         }
@@ -163,6 +226,23 @@ impl From<StoreError> for ApiError {
             StoreError::TooLarge { max } => ApiError::FichierTropVolumineux(max),
             StoreError::Busy => ApiError::StockageOccupe(retry_after_secs()),
             StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
+            StoreError::DigestMismatch { stated, received } => ApiError::EmpreinteIncorrecte {
+                annoncee: stated,
+                recue: received,
+            },
+        }
+    }
+}
+
+impl From<ResumableError> for ApiError {
+    fn from(e: ResumableError) -> Self {
+        match e {
+            ResumableError::Unknown => ApiError::RepriseIntrouvable,
+            ResumableError::Busy => ApiError::RepriseOccupee,
+            ResumableError::Offset { expected } => ApiError::DecalageIncorrect(expected),
+            ResumableError::Length(why) => ApiError::LongueurIncoherente(why),
+            ResumableError::Completed => ApiError::RepriseTerminee,
+            ResumableError::Store(e) => e.into(),
         }
     }
 }
@@ -203,6 +283,23 @@ mod tests {
             (ApiError::StockagePlein("x".into()), 507, "stockage_plein"),
             (ApiError::StockageOccupe(5), 503, "stockage_occupe"),
             (ApiError::ErreurInterne("x".into()), 500, "erreur_interne"),
+            (
+                ApiError::EmpreinteIncorrecte {
+                    annoncee: "a".into(),
+                    recue: "b".into(),
+                },
+                400,
+                "empreinte_incorrecte",
+            ),
+            (ApiError::RepriseIntrouvable, 404, "reprise_introuvable"),
+            (ApiError::DecalageIncorrect(7), 409, "decalage_incorrect"),
+            (ApiError::RepriseOccupee, 409, "reprise_occupee"),
+            (
+                ApiError::LongueurIncoherente("x".into()),
+                400,
+                "longueur_incoherente",
+            ),
+            (ApiError::RepriseTerminee, 400, "reprise_terminee"),
         ];
         for (e, status, code) in all {
             let r = e.to_response();
@@ -216,5 +313,7 @@ mod tests {
             assert!(!v["message"].as_str().unwrap().is_empty());
             assert_eq!(v.as_object().unwrap().len(), 3);
         }
+        let r = ApiError::DecalageIncorrect(7).to_response();
+        assert_eq!(r.get_header("Upload-Offset"), Some("7"));
     }
 }

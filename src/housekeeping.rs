@@ -171,6 +171,12 @@ fn run(shared: &Shared, store: &Store, log: &Log) {
 /// What a sweep did that the log keeps: a check of the kept totals that changed them (files
 /// removed or put there otherwise than by the program, a total lost).
 pub fn log_sweep(log: &Log, report: &SweepReport) {
+    for name in &report.removed_resumables {
+        log.ok(&format!(
+            "balayage — reprise \"{}\" inachevée effacée (délai écoulé)",
+            crate::log::quoted(name)
+        ));
+    }
     if let Some(c) = report.total_checked {
         match c.from {
             Some(from) if from == c.to => {}

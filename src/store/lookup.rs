@@ -160,7 +160,7 @@ impl Store {
     /// Reads and parses a sidecar (small: refuses anything over [`SIDECAR_MAX`] bytes). One
     /// `read` when it brings a whole sidecar (a read of a regular file is short only at its
     /// end); otherwise the rest is read up to the limit.
-    fn read_sidecar(&self, name: &Name) -> Option<Sidecar> {
+    pub(super) fn read_sidecar(&self, name: &Name) -> Option<Sidecar> {
         let f = open_to_read(&self.meta_fd, &name.sidecar_file_name()).ok()?;
         // Read into uninitialised room: zeroing 4 KiB for a sidecar of ≈ 150 bytes would cost
         // more than the read.

@@ -7,6 +7,7 @@
 //! - `.tmp/verrou`: the store lock; `.tmp/balayage`: the sweep-cadence marker (its mtime);
 //! - `.tmp/index/`: the expiry index (`index.rs`) and the totals of what is stored, with the
 //!   check that keeps them true (`total.rs`);
+//! - `.tmp/reprises/`: the resumable uploads, their data and state (`reprise.rs`);
 //! - `.tmp/envoi-*`: second names of stored files handed to the web server by `X-Sendfile`
 //!   ([`Store::sendfile_alias`]), removed by the sweep after a minute;
 //! - `.tmp/introspection/`: the bookkeeping of the calls to the authorization server
@@ -17,7 +18,8 @@
 //! specification §4 (pure functions); `sweep.rs` the sweep; `index.rs` the expiry index it reads
 //! and the walk that adopts what the index does not know; `total.rs` the bytes and files stored,
 //! for the capacity, and their check against the store; `lookup.rs` the file a request is about; `publish.rs` uploads, the sidecar write and
-//! the two renames; `view.rs` a look at all that which changes nothing (`depot-fichiers etat`).
+//! the two renames; `reprise.rs` the resumable uploads, sent in parts and published like the
+//! others; `view.rs` a look at all that which changes nothing (`depot-fichiers etat`).
 //!
 //! Concurrency (several processes, any of which can be SIGKILLed):
 //! - publication renames the sidecar then the file under the store lock held exclusively; a
@@ -44,6 +46,7 @@ mod introspection;
 mod lock;
 mod lookup;
 mod publish;
+mod reprise;
 mod sweep;
 #[cfg(test)]
 mod tests;
@@ -67,6 +70,10 @@ pub use introspection::{Admission, CALLS_IN_FLIGHT, PLACE_WAIT, REFUSAL_MEMORY, 
 pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
 pub use lookup::{Found, Looked};
 pub use publish::{Published, Upload};
+pub use reprise::{
+    CHECKPOINT_BYTES, PublishedRecord, Resumable, ResumableError, ResumableId, ResumableState,
+    ResumableWriter,
+};
 pub use sweep::SweepReport;
 pub use total::{Correction, Tally, Totals};
 pub use view::{Count, DueIndex, KeptTotals, StoreView, WalkState};
@@ -123,6 +130,14 @@ pub enum StoreError {
     },
     /// The store lock stayed held past [`lock_wait`] → 503 + `Retry-After`.
     Busy,
+    /// The bytes received do not have the SHA-256 the sender stated (hexadecimal both): nothing
+    /// was published → 400 `empreinte_incorrecte`.
+    DigestMismatch {
+        /// What the sender stated.
+        stated: String,
+        /// What the bytes received have.
+        received: String,
+    },
     /// Anything else (read-only store, permissions…) → 500, logged.
     Io(io::Error),
 }
@@ -135,6 +150,10 @@ impl std::fmt::Display for StoreError {
                 write!(f, "fichier trop volumineux ({max} octets au maximum)")
             }
             StoreError::Busy => write!(f, "{}", lock::LockBusy),
+            StoreError::DigestMismatch { stated, received } => write!(
+                f,
+                "empreinte SHA-256 différente de celle annoncée (annoncée {stated}, reçue {received})"
+            ),
             StoreError::Io(e) => write!(f, "erreur d'entrée-sortie : {e}"),
         }
     }
@@ -184,6 +203,8 @@ pub struct Store {
     tmp_fd: OwnedFd,
     /// `.tmp/index`, the expiry index (`index.rs`).
     index_fd: OwnedFd,
+    /// `.tmp/reprises`, the resumable uploads (`reprise.rs`), once one was made.
+    reprises: std::sync::OnceLock<OwnedFd>,
     /// Which `modele-<k>` of the index new entries are linked to (`index.rs`).
     index_model: AtomicUsize,
     /// This handle sweeps on the housekeeping thread, which no request waits for
@@ -228,6 +249,7 @@ impl Store {
             meta_fd: meta.fd,
             tmp_fd: tmp.fd,
             index_fd: index.fd,
+            reprises: std::sync::OnceLock::new(),
             index_model: AtomicUsize::new(0),
             off_thread: false,
             lifetimes: expiry::Lifetimes {
@@ -318,6 +340,10 @@ pub fn touch(file: &File) -> io::Result<()> {
 /// expiry index: `index-apres-suppression` (a pair removed, its entry not yet),
 /// `index-avant-deplacement` (a live pair's entry about to move to its real deadline),
 /// `marche-avant-curseur` (a batch of the walk filed, its position not yet saved); of a
+/// resumable upload (`reprise.rs`): `reprise-pendant-ecriture` (the first chunk of a part
+/// written, not yet synced nor recorded, the data file's lock held), `reprise-avant-publication`
+/// (the last part in and checked, sidecar written, index entry filed, nothing renamed),
+/// `reprise-apres-renommage` (both renamed, the state not yet marked published); of a
 /// download: `avant-x-sendfile` (the file looked up and its link checked, the `X-Sendfile`
 /// answer not yet written). Without the feature this is an empty inline function.
 #[cfg(feature = "injection-pannes")]

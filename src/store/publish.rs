@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{AtFlags, OFlags};
 use sha2::{Digest, Sha256};
 
+use super::lock::SharedGuard;
 use super::{PART_SUFFIX, Sidecar, Store, StoreError, open_at, pause_point};
 use crate::names::Name;
 
@@ -41,6 +42,9 @@ pub struct Upload {
     hasher: Sha256,
     max_file: u64,
     capacity: u64,
+    /// The SHA-256 the sender stated (the `sha256` field next to `fichier`): publication
+    /// refuses other bytes.
+    expected: Option<[u8; 32]>,
     /// Why the store cannot take this upload (disk full, or the file alone over the capacity),
     /// once known. The rest of the body is then counted, not written: the size limit is checked
     /// before the capacity (specification §9), so the refusal waits for the end of the file or for
@@ -54,34 +58,11 @@ impl Store {
     /// under one hold of the shared store lock: a sweep probes `.part` locks under the exclusive
     /// lock, so it can never catch either file between its creation and its lock.
     pub fn begin_upload(&self) -> Result<Upload, StoreError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        static PID: OnceLock<u32> = OnceLock::new();
-        let pid = *PID.get_or_init(std::process::id);
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
         let tmp_fd = rustix::io::fcntl_dupfd_cloexec(&self.tmp_fd, 0).map_err(io::Error::from)?;
         let lock = self.lock_shared()?;
-        let data = (|| -> io::Result<(File, String)> {
-            loop {
-                let nanos = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0);
-                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-                let part = format!("{pid}-{nanos:x}-{n}{PART_SUFFIX}");
-                match open_at(&self.tmp_fd, &part, flags) {
-                    Ok(f) => {
-                        f.lock()?;
-                        return Ok((f, part));
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(e),
-                }
-            }
-        })();
-        let (file, part) = data?;
+        let (file, part) = self.new_part(PART_SUFFIX, &lock)?;
         let sidecar_part = format!("{}.meta{PART_SUFFIX}", part.trim_end_matches(PART_SUFFIX));
-        let sidecar =
-            open_at(&self.tmp_fd, &sidecar_part, flags).and_then(|f| f.lock().map(|()| f));
+        let sidecar = self.new_part_named(&sidecar_part, &lock);
         drop(lock);
         let sidecar = sidecar.inspect_err(|_| {
             // The sidecar temporary is not ours if it already existed: only the data one goes.
@@ -95,10 +76,41 @@ impl Store {
             sidecar_part,
             written: 0,
             hasher: Sha256::new(),
+            expected: None,
             max_file: self.max_file,
             capacity: self.capacity,
             full: None,
         })
+    }
+
+    /// A new temporary of `.tmp`, `<pid>-<nanoseconds>-<n><suffix>`, created and flock-ed under
+    /// the shared store lock (a sweep probes `.part` locks under the exclusive one, so it can
+    /// never catch the file between its creation and its lock).
+    pub(super) fn new_part(&self, suffix: &str, lock: &SharedGuard) -> io::Result<(File, String)> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        static PID: OnceLock<u32> = OnceLock::new();
+        let pid = *PID.get_or_init(std::process::id);
+        loop {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let part = format!("{pid}-{nanos:x}-{n}{suffix}");
+            match self.new_part_named(&part, lock) {
+                Ok(f) => return Ok((f, part)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Creates (never opens an existing one) and flock-s the temporary `name` of `.tmp`.
+    fn new_part_named(&self, name: &str, _: &SharedGuard) -> io::Result<File> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
+        let f = open_at(&self.tmp_fd, name, flags)?;
+        f.lock()?;
+        Ok(f)
     }
 }
 
@@ -133,6 +145,12 @@ impl Upload {
     /// Bytes received so far.
     pub fn written(&self) -> u64 {
         self.written
+    }
+
+    /// The SHA-256 the sender stated for the file: [`Upload::publish`] then publishes nothing
+    /// unless the bytes received have it (`StoreError::DigestMismatch`).
+    pub fn expect_sha256(&mut self, digest: [u8; 32]) {
+        self.expected = Some(digest);
     }
 
     /// File and sidecar written then synced, atomic renames into place under `name`
@@ -172,6 +190,16 @@ impl Upload {
         // first fsync waits for carries the sidecar's blocks too.
         start_writeback(&file);
         start_writeback(&sc);
+        let digest: [u8; 32] = std::mem::take(&mut self.hasher).finalize().into();
+        if let Some(stated) = self.expected
+            && stated != digest
+        {
+            // `self` drops here and removes both temporaries: nothing was published.
+            return Err(StoreError::DigestMismatch {
+                stated: hex(&stated),
+                received: hex(&digest),
+            });
+        }
         file.sync_all()?;
         sc.sync_all()?;
         self.file_and_rename(store, name, &sidecar, sc)?;
@@ -182,10 +210,9 @@ impl Upload {
         for dir in [&store.root_fd, &store.meta_fd] {
             let _ = rustix::fs::fsync(dir);
         }
-        let digest = std::mem::take(&mut self.hasher).finalize();
         Ok(Published {
             sidecar,
-            sha256_hex: digest.iter().map(|b| format!("{b:02x}")).collect(),
+            sha256_hex: hex(&digest),
         })
     }
 
@@ -218,10 +245,15 @@ impl Upload {
     }
 }
 
+/// Bytes in lower-case hexadecimal.
+pub(super) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Starts writing `file`'s dirty pages to disk without waiting for them
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`). Only a head start: the `fsync` that follows is
 /// the guarantee, so an error here is ignored.
-fn start_writeback(file: &File) {
+pub(super) fn start_writeback(file: &File) {
     use std::os::fd::AsRawFd;
     // SAFETY: a system call on a descriptor owned by `file`, alive for the call; no memory is
     // passed.

@@ -34,6 +34,9 @@ pub struct SweepReport {
     pub removed_orphans: Vec<String>,
     /// `.part` files of dead writers removed.
     pub removed_temporaries: Vec<String>,
+    /// Unfinished resumable uploads removed (their names): nothing written to them for
+    /// `duree_inactivite_secondes`, or created `duree_max_depot_secondes` ago.
+    pub removed_resumables: Vec<String>,
     /// A check of the kept totals ended in this sweep (`total.rs`): the bytes before and after.
     pub total_checked: Option<super::total::Correction>,
 }
@@ -164,6 +167,7 @@ impl Store {
         };
         report.pending = self.sweep_index(now, &mut report)?;
         report.removed_temporaries = self.remove_dead_temporaries()?;
+        report.removed_resumables = self.sweep_resumables(now)?;
         if !report.pending {
             report.pending = self.walk_step(now)?;
         }
@@ -236,6 +240,7 @@ impl Store {
             }
         }
         report.removed_temporaries = self.remove_dead_temporaries()?;
+        report.removed_resumables = self.sweep_resumables(now)?;
         // Bounded, should an entry resist its removal (a folder made read-only).
         for _ in 0..64 {
             if !self.sweep_index(now, &mut SweepReport::default())? {

@@ -4,7 +4,9 @@
 //!
 //! Kept by every store, with or without a capacity (setting one later needs no count): the
 //! bytes and the number of the files at the root (every name but `.meta` and `.tmp`, as a count
-//! adds them up), read and written only under the exclusive store lock, which every
+//! adds them up), the bytes including what the unfinished resumable uploads announced (their
+//! reservations, `reprise.rs`: reserved at creation, given back when one expires or is
+//! cancelled, turned into the file when it is published), read and written only under the exclusive store lock, which every
 //! publication and every removal holds, by all processes and nodes. The order of the writes
 //! makes a crash err on the safe side: a publication writes the larger of the old and the new
 //! total before its renames and the exact one after; a removal subtracts after its unlinks. A
@@ -248,24 +250,94 @@ impl Store {
     /// Under the exclusive lock, before a publication's renames: whether `new` bytes under
     /// `name` keep the store within its capacity, and if so the totals written for the safe side
     /// of a crash (the larger of the old and new bytes, the file counted if it is a new name).
-    /// Returns what [`Store::after_publication`] needs. Counts the store first (lock-free, the
-    /// lock let go meanwhile) when the total is not known, or says the store is full and no
-    /// check ended within [`REFUSAL_CHECK_SECS`]: the lock is then taken again and handed back.
+    /// Returns what [`Store::after_publication`] needs. See [`Store::within_capacity`].
     pub(super) fn before_publication(
         &self,
         name: &Name,
         new: u64,
-        mut lock: ExclusiveGuard,
+        lock: ExclusiveGuard,
     ) -> Result<(ExclusiveGuard, Pending), StoreError> {
+        let (lock, mut totals) = self.within_capacity(lock, |bytes| {
+            bytes
+                .saturating_sub(self.stored_size_of(name).unwrap_or(0))
+                .saturating_add(new)
+        })?;
+        let old = self.stored_size_of(name);
+        let replaced = old.unwrap_or(0);
+        // Never below the truth, whatever point a crash stops at.
+        totals.bytes.add(new.saturating_sub(replaced));
+        if old.is_none() {
+            totals.files.add(1);
+        }
+        self.set_totals(&totals, &lock)?;
+        Ok((
+            lock,
+            Pending {
+                shrink: replaced.saturating_sub(new),
+            },
+        ))
+    }
+
+    /// Under the exclusive lock: the `bytes` an unfinished resumable upload announced, reserved
+    /// from its creation (`reprise.rs`) when they keep the store within its capacity (see
+    /// [`Store::within_capacity`]). A reservation is counted as stored bytes, not as a file.
+    pub(super) fn reserve(
+        &self,
+        bytes: u64,
+        lock: ExclusiveGuard,
+    ) -> Result<ExclusiveGuard, StoreError> {
+        let (lock, mut totals) = self.within_capacity(lock, |b| b.saturating_add(bytes))?;
+        totals.bytes.add(bytes);
+        self.set_totals(&totals, &lock)?;
+        Ok(lock)
+    }
+
+    /// Under the exclusive lock, once an unfinished upload's data is gone (expired, cancelled,
+    /// refused for its digest): its reservation given back.
+    pub(super) fn release(&self, bytes: u64, lock: &ExclusiveGuard) {
+        let mut totals = self.totals(lock);
+        totals.bytes.remove(bytes);
+        let _ = self.set_totals(&totals, lock);
+    }
+
+    /// Under the exclusive lock, before a resumable upload's renames: its reservation of `size`
+    /// bytes becomes the file under `name`. The kept bytes do not move (the reservation was
+    /// counted), but the reservation leaves `.tmp/reprises` and the file arrives at the root,
+    /// which a check may list on either side of the rename: counted as removed and added, so
+    /// that the interval of a check running meanwhile holds the truth whichever side it saw.
+    pub(super) fn before_resumed_publication(
+        &self,
+        name: &Name,
+        size: u64,
+        lock: &ExclusiveGuard,
+    ) -> io::Result<Pending> {
+        let mut totals = self.totals(lock);
+        let old = self.stored_size_of(name);
+        totals.bytes.remove(size);
+        totals.bytes.add(size);
+        if old.is_none() {
+            totals.files.add(1);
+        }
+        self.set_totals(&totals, lock)?;
+        Ok(Pending {
+            shrink: old.unwrap_or(0),
+        })
+    }
+
+    /// Under the exclusive lock: whether the kept bytes, changed by `after`, stay within the
+    /// capacity; returns the lock and the totals read under it. Counts the store first
+    /// (lock-free, the lock let go meanwhile) when the total is not known, or says the store is
+    /// full and no check ended within [`REFUSAL_CHECK_SECS`]: the lock is then taken again and
+    /// handed back. Without a capacity, always within.
+    fn within_capacity(
+        &self,
+        mut lock: ExclusiveGuard,
+        after: impl Fn(u64) -> u64,
+    ) -> Result<(ExclusiveGuard, Totals), StoreError> {
         let mut counted = false;
         loop {
-            let mut totals = self.totals(&lock);
-            let old = self.stored_size_of(name);
-            let replaced = old.unwrap_or(0);
-            let after = totals
-                .bytes
-                .now
-                .map(|b| b.saturating_sub(replaced).saturating_add(new));
+            let totals = self.totals(&lock);
+            let after = totals.bytes.now.map(&after);
             if self.capacity > 0 && !counted {
                 let recent = (0..REFUSAL_CHECK_SECS).contains(&(now_secs() - totals.checked_at));
                 let count = match after {
@@ -286,18 +358,7 @@ impl Store {
                     self.capacity
                 )));
             }
-            // Never below the truth, whatever point a crash stops at.
-            totals.bytes.add(new.saturating_sub(replaced));
-            if old.is_none() {
-                totals.files.add(1);
-            }
-            self.set_totals(&totals, &lock)?;
-            return Ok((
-                lock,
-                Pending {
-                    shrink: replaced.saturating_sub(new),
-                },
-            ));
+            return Ok((lock, totals));
         }
     }
 
@@ -330,6 +391,7 @@ impl Store {
         let mut totals = self.totals(&lock);
         let mut check = Check::starting(totals);
         self.check_steps(&mut check, &mut StepBudget::unbounded())?;
+        check.bytes = check.bytes.saturating_add(self.reserved_bytes()?);
         totals.bytes.now = Some(check.bytes);
         totals.files.now = Some(check.files);
         totals.checked_at = now_secs();
@@ -419,13 +481,16 @@ impl Store {
         Ok(ended)
     }
 
-    /// The end of a check: under the exclusive lock, the totals brought into what the listing
-    /// allows, and the check's time written.
+    /// The end of a check: the reservations of the unfinished resumable uploads added up
+    /// (`reprise.rs`: the kept bytes count them, so the check does too), then under the
+    /// exclusive lock the totals brought into what the listing allows, and the check's time
+    /// written.
     fn finish_check(&self, check: &Check) -> io::Result<Correction> {
+        let seen = check.bytes.saturating_add(self.reserved_bytes()?);
         let lock = self.lock_exclusive()?;
         let mut totals = self.totals(&lock);
         let from = totals.bytes.now;
-        totals.bytes.correct(check.bytes, check.start.bytes);
+        totals.bytes.correct(seen, check.start.bytes);
         totals.files.correct(check.files, check.start.files);
         totals.checked_at = now_secs();
         self.set_totals(&totals, &lock)?;

@@ -97,6 +97,26 @@ impl App {
             })
     }
 
+    /// Runs `work` on the store where a publication runs ([`App::publish`]): on tokio's blocking
+    /// pool in a process that serves many requests, inline under CGI. For what waits for the
+    /// disk (a resumable upload's syncs, its digest and publication).
+    pub async fn with_store<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
+        if self.housekeeper.get().is_none() {
+            return Ok(work(&self.store));
+        }
+        let store = std::sync::Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .map_err(|e| {
+                StoreError::Io(std::io::Error::other(format!(
+                    "tâche du dépôt interrompue : {e}"
+                )))
+            })
+    }
+
     /// Removes the pair of `name`, which a lookup found expired (specification §2.2: "an
     /// expired file is deleted"): on the housekeeping thread when the process has one, the
     /// request waiting for it at most [`crate::housekeeping::HANDOFF_WAIT`]; inline otherwise. A

@@ -524,6 +524,7 @@ impl Response {
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
         202 => "Accepted",
         204 => "No Content",
         206 => "Partial Content",
@@ -532,6 +533,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         413 => "Content Too Large",
         416 => "Range Not Satisfiable",
         500 => "Internal Server Error",

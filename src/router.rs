@@ -15,7 +15,7 @@
 use crate::app::App;
 use crate::error::ApiError;
 use crate::http::{Request, Response, Role};
-use crate::{download, mcp, metadata, upload};
+use crate::{download, mcp, metadata, reprise, upload};
 
 /// The endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,11 +64,13 @@ fn last_segment(path: &[u8]) -> &[u8] {
 const REFUSAL: &[u8] = b"refus.php";
 
 /// The authorizer's answer: whether the endpoint would read the body of this request. Only an
-/// upload reads a large one, and only a `POST` with the right token: the same checks, in the
-/// same order, as [`upload::handle`] makes before it reads (method, then token). Everything else
+/// upload reads a large one, and only a `POST` (or a resumable upload's `PATCH`) with the right
+/// token: the same checks, in the same order, as [`upload::handle`] and [`reprise::handle`]
+/// make before they read (method, then token). Everything else
 /// goes through; no log line (the refusal's answer writes it).
 pub fn authorize(app: &App, req: &Request) -> Response {
     let admitted = match endpoint(req) {
+        Endpoint::Upload if reprise::concerns(req) => reprise::reads_body(app, req),
         Endpoint::Upload => upload::reads_body(app, req),
         _ => true,
     };
@@ -111,6 +113,9 @@ pub async fn handle(app: &App, req: Request) -> Response {
     let r = match endpoint(&req) {
         // Boxed: the upload's state (≈ 1.3 KiB) would otherwise be part of every request's
         // future, a download's included.
+        Endpoint::Upload if reprise::concerns(&req) => {
+            Box::pin(reprise::handle(app, &mut req)).await
+        }
         Endpoint::Upload => Box::pin(upload::handle(app, &mut req)).await,
         Endpoint::Download => download::handle(app, &req).await,
         Endpoint::Mcp => mcp::handle(app, &mut req).await,

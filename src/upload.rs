@@ -1,6 +1,7 @@
 //! `POST /upload.php` (specification §2.1): sweep → token → exactly one file part `fichier`, streamed
-//! to a temporary file with the size limit checked as bytes arrive → name → atomic publication →
-//! JSON reply → log line.
+//! to a temporary file with the size limit checked as bytes arrive → name → the SHA-256 the
+//! sender stated in a `sha256` field, if any → atomic publication → JSON reply → log line. (The
+//! resumable upload on the same endpoint is `reprise.rs`.)
 
 use std::collections::VecDeque;
 use std::io;
@@ -14,6 +15,7 @@ use futures_util::Stream;
 use serde_json::json;
 
 use crate::app::{App, bearer_matches};
+use crate::empreinte;
 use crate::error::ApiError;
 use crate::http::{Body, Request, Response};
 use crate::liens::{self, UploadId};
@@ -73,6 +75,14 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     if req.params.get("CONTENT_LENGTH").map(str::trim) == Some("0") {
         return Err(ApiError::CorpsEcarte);
     }
+    if req.header("Repr-Digest").is_some() {
+        // RFC 9530: the digest of the whole multipart body, which no curl user can compute.
+        return Err(ApiError::RequeteInvalide(
+            "Repr-Digest ne s'applique qu'à un corps brut (dépôt avec reprise) ; avec \
+             multipart/form-data, donner l'empreinte dans le champ « sha256 »"
+                .into(),
+        ));
+    }
     let progress = Arc::new(Progress::default());
     let body = std::mem::replace(&mut req.body, Body::empty());
     let stream = GuardedBody {
@@ -84,6 +94,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
 
     let mut found: Option<(Name, crate::store::Upload)> = None;
     let mut name_error = None;
+    let mut stated: Option<[u8; 32]> = None;
     loop {
         let field = multipart.next_field().await.map_err(|e| match e {
             multer::Error::ReadHeaderFailed(_) | multer::Error::DecodeHeaderValue { .. } => {
@@ -101,6 +112,24 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
         let params = parse_disposition(&disposition);
         let is_fichier = params.name.as_deref() == Some(&b"fichier"[..]);
         let file_name = params.filename;
+        if params.name.as_deref() == Some(&b"sha256"[..]) && file_name.is_none() {
+            let mut value = Vec::new();
+            while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                progress.produced();
+                if value.len() + chunk.len() > MAX_DIGEST_FIELD {
+                    return Err(digest_field_error());
+                }
+                value.extend_from_slice(&chunk);
+            }
+            let digest = empreinte::hex_field(&value).ok_or_else(digest_field_error)?;
+            if stated.is_some_and(|s| s != digest) {
+                return Err(ApiError::RequeteInvalide(
+                    "deux champs « sha256 » différents".into(),
+                ));
+            }
+            stated = Some(digest);
+            continue;
+        }
         if !is_fichier || file_name.is_none() {
             // Other fields, and a text field named `fichier`, are read and ignored.
             while field.chunk().await.map_err(multipart_error)?.is_some() {
@@ -135,12 +164,25 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     if let Some(e) = name_error {
         return Err(ApiError::NomInvalide(e));
     }
-    let Some((name, up)) = found else {
+    let Some((name, mut up)) = found else {
         return Err(ApiError::FichierAbsent);
     };
+    if let Some(digest) = stated {
+        up.expect_sha256(digest);
+    }
     // fsyncs and renames, then the 200: the fsync is what makes the published file durable.
     let published = app.publish(up, &name).await?;
     Ok((name, published))
+}
+
+/// The longest `sha256` field read (64 digits, and room for blanks around them).
+const MAX_DIGEST_FIELD: usize = 1024;
+
+fn digest_field_error() -> ApiError {
+    ApiError::RequeteInvalide(
+        "champ « sha256 » illisible : 64 chiffres hexadécimaux attendus (sortie de sha256sum)"
+            .into(),
+    )
 }
 
 /// The file name and field name of a part, from its raw `Content-Disposition`.
@@ -293,7 +335,7 @@ fn multipart_error(e: multer::Error) -> ApiError {
 
 /// The success reply: the five fields of the specification, then `sha256`, `expire_a` and
 /// `expire_si_inactif_dans_secondes`.
-fn success(app: &App, name: &Name, p: &Published) -> Response {
+pub fn success(app: &App, name: &Name, p: &Published) -> Response {
     let max_age = app.cfg.duree_max_depot_secondes;
     let expire_a = jiff::Timestamp::from_second(p.sidecar.depot_timestamp + max_age as i64)
         .map(|t| t.to_string())

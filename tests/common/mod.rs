@@ -20,6 +20,7 @@ pub mod fcgi;
 pub mod introspection;
 pub mod juicefs;
 pub mod nginx;
+pub mod reprise;
 pub mod server;
 pub mod stress;
 

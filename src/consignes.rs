@@ -32,6 +32,7 @@ pub fn render(cfg: &Config, with_token: bool, connector: &str) -> String {
     let delays = deletion_delays(cfg);
     let max_size = size_fr(cfg.taille_max_fichier_octets);
     let expire = cfg.duree_max_depot_secondes;
+    let function = resumable_function(&upload_url, token);
 
     format!(
         r#"**Dépôt de fichiers temporaire (pont sandbox ↔ extérieur)**
@@ -50,7 +51,13 @@ Cette commande s'exécute entièrement dans la sandbox : elle ne fait pas transi
 ```json
 {{"succes":true,"nom":"fichier.ext","taille_octets":18655,"url_telechargement":"{example_link}","expire_au_plus_tard_dans_secondes":{expire}}}
 ```
-Retiens le champ `"nom"` (le nom exact du fichier, à réutiliser tel quel, jamais redéduit du chemin local) et le champ `"url_telechargement"`. Taille maximale d'un fichier : {max_size}.
+Retiens le champ `"nom"` (le nom exact du fichier, à réutiliser tel quel, jamais redéduit du chemin local) et le champ `"url_telechargement"`. Taille maximale d'un fichier : {max_size}. Pour que le dépôt vérifie que les octets sont arrivés intacts, ajoute `-F "sha256=$(sha256sum /chemin/vers/le/fichier.ext | cut -c1-64)"` : il ne publie alors le fichier que si son empreinte SHA-256 est celle-là (sinon erreur `empreinte_incorrecte`, rien n'est gardé).
+
+**Gros fichier (plus de quelques dizaines de Mo) ou réseau instable** : envoie-le par parties, avec reprise et empreinte vérifiée, grâce à cette fonction shell (POSIX : `curl`, `tail`, `head`, `sha256sum`, `base64`) :
+```sh
+{function}
+```
+puis `depot_envoyer /chemin/vers/le/fichier.ext` (un second argument donne un autre nom au fichier déposé). Elle envoie le fichier par parties de 8 Mio ; si une partie échoue (connexion coupée, serveur momentanément indisponible), elle demande au dépôt à quel octet il en est et reprend de là. Le dépôt ne publie le fichier qu'au bout de la dernière partie, et seulement si son empreinte SHA-256 est celle du fichier local. Sa sortie est le même JSON que ci-dessus ; en cas d'échec définitif, elle explique pourquoi sur la sortie d'erreur et rend un code non nul.
 
 **2. Ensuite, selon ce dont TU as besoin à ce moment-là :**
 
@@ -69,6 +76,51 @@ Dans tous les cas :
 2. Un fichier déposé est effacé automatiquement ({delays}) — n'y dépose jamais de contenu confidentiel ou sensible (le token de dépôt est un simple secret partagé, pas un contrôle d'accès fin).
 3. Ce mécanisme sert uniquement dans le sens sandbox → extérieur. Pour ramener un fichier de la sandbox vers le dossier local de l'utilisateur, ce n'est **pas nécessaire** : sandbox et dossier local communiquent déjà directement.
 "#
+    )
+}
+
+/// The POSIX shell function that sends a file as a resumable upload with its SHA-256 (the
+/// `consignes` paragraph and the README show it; a test runs it as printed): creation with the
+/// length, the name and `Repr-Digest`, then parts of 8 MiB taken from the offset the server
+/// states (`HEAD`) before each one, a failed part (no answer, 409, 5xx) asked again after a
+/// second, 20 failures in a row at most; 4xx other than 409 stops it. Prints the upload's JSON.
+pub fn resumable_function(upload_url: &str, token: &str) -> String {
+    format!(
+        r#"depot_envoyer() (
+  f=$1; n=${{2:-${{1##*/}}}}; p=8388608; e=0; l=
+  u='{upload_url}'; a='Authorization: Bearer {token}'
+  t=$(wc -c <"$f") || return 1; t=$((t))
+  o=; for x in $(sha256sum "$f" | cut -c1-64 | sed 's/../& /g'); do o="$o\\0$(printf %o "0x$x")"; done
+  d=$(printf '%b' "$o" | base64); n=$(printf '%s' "$n" | sed 's/[\\"]/\\&/g')
+  while [ $e -lt 20 ]; do
+    r=
+    if [ -z "$l" ]; then
+      r=$(curl -sS -w '\n%{{http_code}}' -X POST -H "$a" -H 'Upload-Complete: ?0' -H "Upload-Length: $t" \
+        -H "Repr-Digest: sha-256=:$d:" -H "Content-Disposition: attachment; filename=\"$n\"" "$u")
+      l=$(printf '%s' "$r" | sed -n 's/.*"url_reprise":"\([^"]*\)".*/\1/p')
+    else
+      h=$(curl -sS -I -H "$a" "$l" | tr -d '\r')
+      case $h in
+        *[Uu]pload-[Cc]omplete:\ \?1*) curl -sSf -H "$a" "$l" && return 0 ;;
+        'HTTP/'*' 404'*) echo 'reprise expirée ou inconnue : recommencer' >&2; return 1 ;;
+      esac
+      k=$(printf '%s\n' "$h" | sed -n 's/^[Uu]pload-[Oo]ffset: *//p')
+      if [ -n "$k" ]; then
+        m=$((t - k)); c='?1'; [ $m -le $p ] || {{ m=$p; c='?0'; }}
+        r=$(tail -c +$((k + 1)) "$f" | head -c $m | curl -sS -w '\n%{{http_code}}' -X PATCH -H "$a" \
+          -H "Upload-Offset: $k" -H "Upload-Complete: $c" -H 'Content-Type: application/partial-upload' \
+          --data-binary @- "$l")
+      fi
+    fi
+    case ${{r##*[!0-9]}} in
+      200) printf '%s' "${{r%???}}"; return 0 ;;
+      201|204) e=0 ;;
+      1??|409|5??|000|'') e=$((e + 1)); sleep 1 ;;
+      *) printf '%s' "${{r%???}}" >&2; return 1 ;;
+    esac
+  done
+  echo "abandon après $e échecs de suite" >&2; return 1
+)"#
     )
 }
 
@@ -211,6 +263,21 @@ mod tests {
         for b in blocks {
             serde_json::from_str::<serde_json::Value>(b).unwrap_or_else(|e| panic!("{b}: {e}"));
         }
+    }
+
+    #[test]
+    fn the_resumable_function_is_in_the_paragraph_and_the_readme() {
+        let c = cfg();
+        let f = resumable_function("https://depot.example.org/upload.php", TOKEN_PLACEHOLDER);
+        assert!(render(&c, false, "").contains(&format!("```sh\n{f}\n```")));
+        assert!(f.contains("a='Authorization: Bearer <TOKEN_ACCES>'"));
+        let with = render(&c, true, "");
+        assert!(with.contains(&format!("a='Authorization: Bearer {}'", c.token_acces)));
+        // The README's usage section shows it as rendered for the example deployment.
+        assert!(
+            include_str!("../README.md").contains(&format!("```sh\n{f}\n```")),
+            "README.md: the function differs from consignes::resumable_function"
+        );
     }
 
     #[test]

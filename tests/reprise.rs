@@ -7,16 +7,22 @@
 //! - a corrupted part caught by the stated `Repr-Digest`, nothing left;
 //! - parts sent alternately to two servers (two Apache, two process pools) sharing one store;
 //! - the capacity counting unfinished uploads from their creation, through a check of the totals;
-//! - an abandoned upload swept, its reservation given back.
+//! - an abandoned upload swept, its reservation given back;
+//! - the shell function `consignes` prints, run with `sh` as printed, sending 200 MiB through a
+//!   proxy that cuts connections at random points: byte-identical on download, and the memory of
+//!   every process of the pool bounded.
 
 mod common;
 
 use std::fs;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::apache::{Apache, Mode};
 use common::reprise::{
-    auth, create, head, hex, location, offset, patch, patch_with, repr_digest, resumable_entries,
-    resumable_path, sha256, totals,
+    FlakyProxy, auth, big_file, consignes_function, create, download_digest, head, hex, location,
+    offset, patch, patch_with, repr_digest, resumable_entries, resumable_path, run_function,
+    server_pids, sha256, sha256_file, totals, vm_hwm_kib,
 };
 use common::{bytes, curl, local_file};
 use serde_json::json;
@@ -465,4 +471,111 @@ fn an_abandoned_upload_is_swept_and_gives_its_reservation_back() {
     assert_eq!(head(s, &live).status, 404);
     assert!(resumable_entries(&s.files()).is_empty());
     assert_eq!(totals(&s.files())[0], Some(0));
+}
+
+#[test]
+fn the_consignes_function_sends_200_mib_through_a_path_that_cuts_connections() {
+    let upstream = Arc::new(AtomicU64::new(0));
+    let proxy = FlakyProxy::start(upstream.clone(), 12, 0x5eed_1234);
+    let url_base = format!("\"http://127.0.0.1:{}\"", proxy.port);
+    let a = Apache::with(Mode::Fcgid, &[("url_base", &url_base)]);
+    upstream.store(u64::from(a.state.port), Ordering::Relaxed);
+    let function = consignes_function(&a.state);
+    assert!(function.contains(&format!("u='http://127.0.0.1:{}/upload.php'", proxy.port)));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("archive.tar.gz");
+    big_file(&file, 200 * MIB, 99);
+    let digest = sha256_file(&file);
+    let out = run_function(&function, &file, None, dir.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\nstderr: {}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr),
+        a.state.logs()
+    );
+    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(j["nom"], "archive.tar.gz");
+    assert_eq!(j["taille_octets"], json!(200 * MIB));
+    assert_eq!(j["sha256"], hex(&digest));
+    assert!(
+        proxy.cut.load(Ordering::Relaxed) >= 8,
+        "the proxy cut {} connections",
+        proxy.cut.load(Ordering::Relaxed)
+    );
+    // Byte-identical on download (through the proxy's port, with no cut left).
+    let (got, len) = download_digest(j["url_telechargement"].as_str().unwrap(), dir.path());
+    assert_eq!(len, 200 * MIB);
+    assert_eq!(got, digest);
+    // The memory of every process of the pool stayed bounded.
+    let pids = server_pids(&a.state);
+    assert!(!pids.is_empty());
+    for pid in pids {
+        let hwm = vm_hwm_kib(pid);
+        assert!(hwm < 32 * 1024, "process {pid}: VmHWM {hwm} KiB");
+    }
+    assert!(
+        resumable_entries(&a.state.files())
+            .iter()
+            .all(|n| n.ends_with(".etat"))
+    );
+    no_part_in_tmp(&a.state.files());
+
+    // A small file, a name given, through the same path.
+    let small = dir.path().join("petit");
+    fs::write(&small, b"quelques octets").unwrap();
+    let out = run_function(&function, &small, Some("note \"v2\".txt"), dir.path());
+    assert!(out.status.success(), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["nom"], "note \"v2\".txt");
+    assert_eq!(
+        fs::read(a.state.files().join("note \"v2\".txt")).unwrap(),
+        b"quelques octets"
+    );
+}
+
+/// Behind mod_proxy_fcgi (`--listen`), a request's body reaches the program as it arrives: a
+/// part cut midway leaves the bytes that came, made durable, and the function resumes from that
+/// offset, which no part boundary gives.
+#[test]
+fn a_part_cut_midway_is_kept_up_to_its_last_byte_and_resumed_from_there() {
+    let upstream = Arc::new(AtomicU64::new(0));
+    let proxy = FlakyProxy::start(upstream.clone(), 6, 0xfeed_0042);
+    let url_base = format!("\"http://127.0.0.1:{}\"", proxy.port);
+    let a = Apache::with(Mode::ProxyFcgi, &[("url_base", &url_base)]);
+    upstream.store(u64::from(a.state.port), Ordering::Relaxed);
+    let function = consignes_function(&a.state);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("donnees.bin");
+    big_file(&file, 40 * MIB, 5);
+    let out = run_function(&function, &file, None, dir.path());
+    assert!(
+        out.status.success(),
+        "{}\nstderr: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        a.state.logs()
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["sha256"], hex(&sha256_file(&file)));
+    assert_eq!(
+        sha256_file(&a.state.files().join("donnees.bin")),
+        sha256_file(&file)
+    );
+    // Some part was cut midway and its bytes kept: a part then went on from an offset that is
+    // not a multiple of the part size.
+    let log = fs::read_to_string(a.state.log_file()).unwrap();
+    assert!(log.contains("corps de la partie interrompu"), "{log}");
+    let resumed_off_boundary = log.lines().any(|l| {
+        l.split(" sur ")
+            .next()
+            .and_then(|head| head.rsplit(", ").next())
+            .is_some_and(|at| {
+                at.parse::<u64>()
+                    .is_ok_and(|at| at % (8 * MIB) != 0 && at != 40 * MIB)
+            })
+    });
+    assert!(resumed_off_boundary, "{log}");
 }

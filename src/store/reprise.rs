@@ -320,13 +320,15 @@ impl Store {
             Err(e) => return Err(e.into()),
         };
         let deadline = state.deadline(self, st.mtime);
-        if now_secs() > deadline {
-            // Expired, unless a writer is at work on it right now.
-            let f = open_at(dir, id.data_name(), OFlags::RDONLY)?;
-            if f.try_lock().is_ok() && self.still_data(dir, id, &f) {
-                self.remove_locked(dir, id, &state)?;
-                return Err(ResumableError::Unknown);
-            }
+        // Expired, unless a writer is at work on it right now (or it just went: published or
+        // removed, which the next request sees).
+        if now_secs() > deadline
+            && let Ok(f) = open_at(dir, id.data_name(), OFlags::RDONLY)
+            && f.try_lock().is_ok()
+            && self.still_data(dir, id, &f)
+        {
+            self.remove_locked(dir, id, &state)?;
+            return Err(ResumableError::Unknown);
         }
         Ok(Resumable {
             id: *id,

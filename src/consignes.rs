@@ -81,13 +81,15 @@ Dans tous les cas :
 
 /// The POSIX shell function that sends a file as a resumable upload with its SHA-256 (the
 /// `consignes` paragraph and the README show it; a test runs it as printed): creation with the
-/// length, the name and `Repr-Digest`, then parts of 8 MiB taken from the offset the server
-/// states (`HEAD`) before each one, a failed part (no answer, 409, 5xx) asked again after a
-/// second, 20 failures in a row at most; 4xx other than 409 stops it. Prints the upload's JSON.
+/// length, the name and `Repr-Digest`, then parts of 8 MiB, each from the offset the server last
+/// stated (the `Upload-Offset` of the answer to the part before, with curl ≥ 7.84's
+/// `%header{}`; otherwise, and after any failure, asked by `HEAD`); a failed part (no answer,
+/// 1xx, 409, 5xx) sent again after a second, 20 failures in a row at most; 4xx other than 409
+/// stops it. Prints the upload's JSON.
 pub fn resumable_function(upload_url: &str, token: &str) -> String {
     format!(
         r#"depot_envoyer() (
-  f=$1; n=${{2:-${{1##*/}}}}; p=8388608; e=0; l=
+  f=$1; n=${{2:-${{1##*/}}}}; p=8388608; e=0; l=; k=
   u='{upload_url}'; a='Authorization: Bearer {token}'
   t=$(wc -c <"$f") || return 1; t=$((t))
   o=; for x in $(sha256sum "$f" | cut -c1-64 | sed 's/../& /g'); do o="$o\\0$(printf %o "0x$x")"; done
@@ -95,28 +97,31 @@ pub fn resumable_function(upload_url: &str, token: &str) -> String {
   while [ $e -lt 20 ]; do
     r=
     if [ -z "$l" ]; then
-      r=$(curl -sS -w '\n%{{http_code}}' -X POST -H "$a" -H 'Upload-Complete: ?0' -H "Upload-Length: $t" \
+      r=$(curl -sS -w '\n:%{{http_code}}' -X POST -H "$a" -H 'Upload-Complete: ?0' -H "Upload-Length: $t" \
         -H "Repr-Digest: sha-256=:$d:" -H "Content-Disposition: attachment; filename=\"$n\"" "$u")
-      l=$(printf '%s' "$r" | sed -n 's/.*"url_reprise":"\([^"]*\)".*/\1/p')
-    else
+      l=$(printf '%s' "$r" | sed -n 's/.*"url_reprise":"\([^"]*\)".*/\1/p'); k=0
+    elif [ -z "$k" ]; then
       h=$(curl -sS -I -H "$a" "$l" | tr -d '\r')
       case $h in
         *[Uu]pload-[Cc]omplete:\ \?1*) curl -sSf -H "$a" "$l" && return 0 ;;
         'HTTP/'*' 404'*) echo 'reprise expirée ou inconnue : recommencer' >&2; return 1 ;;
       esac
       k=$(printf '%s\n' "$h" | sed -n 's/^[Uu]pload-[Oo]ffset: *//p')
-      if [ -n "$k" ]; then
-        m=$((t - k)); c='?1'; [ $m -le $p ] || {{ m=$p; c='?0'; }}
-        r=$(tail -c +$((k + 1)) "$f" | head -c $m | curl -sS -w '\n%{{http_code}}' -X PATCH -H "$a" \
-          -H "Upload-Offset: $k" -H "Upload-Complete: $c" -H 'Content-Type: application/partial-upload' \
-          --data-binary @- "$l")
-      fi
+      [ -n "$k" ] || {{ e=$((e + 1)); sleep 1; }}
+      continue
+    else
+      m=$((t - k)); c='?1'; [ $m -le $p ] || {{ m=$p; c='?0'; }}
+      r=$(tail -c +$((k + 1)) "$f" | head -c $m | curl -sS -w '\n%header{{upload-offset}}:%{{http_code}}' \
+        -X PATCH -H "$a" -H "Upload-Offset: $k" -H "Upload-Complete: $c" -H 'Expect:' \
+        -H 'Content-Type: application/partial-upload' --data-binary @- "$l")
+      k=${{r%:*}}; k=${{k##*[!0-9]}}
     fi
-    case ${{r##*[!0-9]}} in
-      200) printf '%s' "${{r%???}}"; return 0 ;;
+    case ${{r##*:}} in
+      200) printf '%s' "${{r%:*}}"; return 0 ;;
       201|204) e=0 ;;
-      1??|409|5??|000|'') e=$((e + 1)); sleep 1 ;;
-      *) printf '%s' "${{r%???}}" >&2; return 1 ;;
+      409) e=$((e + 1)); sleep 1 ;;
+      1??|5??|000|'') e=$((e + 1)); k=; sleep 1 ;;
+      *) printf '%s' "${{r%:*}}" >&2; return 1 ;;
     esac
   done
   echo "abandon après $e échecs de suite" >&2; return 1

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use common::apache::{Apache, Mode};
 use common::reprise::{
     FlakyProxy, auth, big_file, consignes_function, create, download_digest, head, hex, location,
-    offset, patch, patch_with, repr_digest, resumable_entries, resumable_path, run_function,
-    server_pids, sha256, sha256_file, totals, vm_hwm_kib,
+    offset, patch, patch_with, redact, repr_digest, resumable_entries, resumable_path,
+    run_function, server_pids, sha256, sha256_file, shown, totals, vm_hwm_kib,
 };
 use common::{bytes, curl, local_file};
 use serde_json::json;
@@ -37,7 +37,7 @@ fn error_code(r: &common::Reply) -> String {
 fn assert_downloads(r: &common::Reply, data: &[u8]) {
     let url = r.json()["url_telechargement"].as_str().unwrap().to_string();
     let got = curl(&[&url]);
-    assert_eq!(got.status, 200, "{url}: {:?} {}", got.headers, got.text());
+    assert_eq!(got.status, 200, "{:?} {}", got.headers, shown(&got));
     assert!(got.body == data, "downloaded bytes differ");
 }
 
@@ -57,7 +57,7 @@ fn a_stated_sha256_publishes_only_the_bytes_it_names() {
     let v2 = bytes(300_000, 2);
     let (_d1, p1) = local_file("v.bin", &v1);
     let first = common::upload(s, &p1);
-    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.status, 200, "{}", shown(&first));
 
     let (_d2, p2) = local_file("v.bin", &v2);
     let form = format!("fichier=@\"{}\"", p2.display());
@@ -74,14 +74,14 @@ fn a_stated_sha256_publishes_only_the_bytes_it_names() {
     };
     // The digest of another content: nothing published, nothing kept.
     let wrong = upload_with(&format!("sha256={}", hex(&sha256(&v1))));
-    assert_eq!(wrong.status, 400, "{}", wrong.text());
+    assert_eq!(wrong.status, 400, "{}", shown(&wrong));
     assert_eq!(error_code(&wrong), "empreinte_incorrecte");
     assert_downloads(&first, &v1);
     assert_eq!(fs::read(s.files().join("v.bin")).unwrap(), v1);
     no_part_in_tmp(&s.files());
     // The right one (as sha256sum prints it, or in capitals): published, and said back.
     let right = upload_with(&format!("sha256={}", hex(&sha256(&v2)).to_uppercase()));
-    assert_eq!(right.status, 200, "{}", right.text());
+    assert_eq!(right.status, 200, "{}", shown(&right));
     assert_eq!(right.json()["sha256"], hex(&sha256(&v2)));
     assert_downloads(&right, &v2);
     // Not a digest: refused, as a digest on a multipart body is (it would be the body's).
@@ -97,7 +97,7 @@ fn a_stated_sha256_publishes_only_the_bytes_it_names() {
         &form,
         &format!("{}/upload.php", s.url),
     ]);
-    assert_eq!(header.status, 400, "{}", header.text());
+    assert_eq!(header.status, 400, "{}", shown(&header));
     assert_eq!(error_code(&header), "requete_invalide");
     let log = fs::read_to_string(s.log_file()).unwrap();
     assert!(
@@ -154,14 +154,14 @@ fn a_file_sent_in_parts_through_apache_is_published_like_a_one_shot_upload() {
 
     let part = MIB as usize;
     let r = patch(s, &url, 0, false, &data[..part]);
-    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(r.status, 204, "{}", shown(&r));
     assert_eq!(r.header("upload-offset"), Some(part.to_string().as_str()));
     assert_eq!(r.header("upload-complete"), Some("?0"));
     assert_eq!(offset(s, &url), part as u64);
 
     // The same part again (the sender's idea of the offset is wrong): 409 with the right one.
     let again = patch(s, &url, 0, false, &data[..part]);
-    assert_eq!(again.status, 409, "{}", again.text());
+    assert_eq!(again.status, 409, "{}", shown(&again));
     assert_eq!(error_code(&again), "decalage_incorrect");
     assert_eq!(
         again.header("upload-offset"),
@@ -171,7 +171,7 @@ fn a_file_sent_in_parts_through_apache_is_published_like_a_one_shot_upload() {
     let mut too_long = data[part..].to_vec();
     too_long.push(0);
     let beyond = patch(s, &url, part as u64, true, &too_long);
-    assert_eq!(beyond.status, 400, "{}", beyond.text());
+    assert_eq!(beyond.status, 400, "{}", shown(&beyond));
     assert_eq!(error_code(&beyond), "longueur_incoherente");
     // A part sent as a form (the content type curl -d gives): refused, nothing written.
     let form = patch_with(
@@ -182,7 +182,7 @@ fn a_file_sent_in_parts_through_apache_is_published_like_a_one_shot_upload() {
         &data[part..2 * part],
         &["-H", "Content-Type: application/x-www-form-urlencoded"],
     );
-    assert_eq!(form.status, 400, "{}", form.text());
+    assert_eq!(form.status, 400, "{}", shown(&form));
     assert_eq!(offset(s, &url), part as u64);
     // Without the token: refused by the authorizer, before Apache reads the body.
     let no_token = curl(&[
@@ -198,10 +198,10 @@ fn a_file_sent_in_parts_through_apache_is_published_like_a_one_shot_upload() {
         "xyz",
         &url,
     ]);
-    assert_eq!(no_token.status, 401, "{}", no_token.text());
+    assert_eq!(no_token.status, 401, "{}", shown(&no_token));
     assert_eq!(error_code(&no_token), "token_invalide");
     let put = curl(&["-X", "PUT", "-H", &auth(s), "--data-binary", "x", &url]);
-    assert_eq!(put.status, 405, "{}", put.text());
+    assert_eq!(put.status, 405, "{}", shown(&put));
     assert_eq!(
         put.header("allow"),
         Some("GET, HEAD, PATCH, DELETE, OPTIONS")
@@ -226,9 +226,9 @@ fn a_file_sent_in_parts_through_apache_is_published_like_a_one_shot_upload() {
     assert_eq!(state.json()["complet"], json!(false));
 
     let r = patch(s, &url, part as u64, false, &data[part..2 * part]);
-    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(r.status, 204, "{}", shown(&r));
     let last = patch(s, &url, 2 * part as u64, true, &data[2 * part..]);
-    assert_eq!(last.status, 200, "{}", last.text());
+    assert_eq!(last.status, 200, "{}", shown(&last));
     assert_eq!(last.header("upload-complete"), Some("?1"));
     let j = last.json();
     assert_eq!(j["succes"], json!(true));
@@ -267,7 +267,7 @@ fn a_file_sent_in_parts_through_apache_is_published_like_a_one_shot_upload() {
     assert_eq!(patch(s, &other, 0, false, &data[..1000]).status, 204);
     let kept = totals(&s.files())[0].unwrap();
     let del = curl(&["-X", "DELETE", "-H", &auth(s), &other]);
-    assert_eq!(del.status, 204, "{}", del.text());
+    assert_eq!(del.status, 204, "{}", shown(&del));
     assert_eq!(head(s, &other).status, 404);
     assert_eq!(totals(&s.files())[0].unwrap(), kept - 5000);
     assert!(!resumable_path(&s.files(), &other, ".part").exists());
@@ -301,7 +301,7 @@ fn a_corrupted_part_is_caught_by_the_digest_and_nothing_is_left() {
     second[12_345] ^= 0x20;
     assert_eq!(patch(s, &url, 0, false, &data[..MIB as usize]).status, 204);
     let last = patch(s, &url, MIB, true, &second);
-    assert_eq!(last.status, 400, "{}", last.text());
+    assert_eq!(last.status, 400, "{}", shown(&last));
     assert_eq!(error_code(&last), "empreinte_incorrecte");
     assert_eq!(last.header("upload-complete"), Some("?1"));
     // Nothing published, nothing kept, nothing reserved.
@@ -346,7 +346,7 @@ fn parts_sent_to_two_servers_sharing_the_store_make_one_file() {
         let u = if n % 2 == 0 { &url } else { &url2 };
         assert_eq!(offset(s1, u), at as u64);
         let r = patch(s1, u, at as u64, end == data.len(), &data[at..end]);
-        assert!(r.status == 204 || r.status == 200, "{}", r.text());
+        assert!(r.status == 204 || r.status == 200, "{}", shown(&r));
         at = end;
         n += 1;
     }
@@ -378,7 +378,7 @@ fn unfinished_uploads_count_against_the_capacity_from_their_creation() {
     let s = &a.state;
     // Over the file limit: refused at creation, with the limit said.
     let big = create(s, "gros.bin", 700_001, None);
-    assert_eq!(big.status, 413, "{}", big.text());
+    assert_eq!(big.status, 413, "{}", shown(&big));
     assert_eq!(error_code(&big), "fichier_trop_volumineux");
     assert!(
         big.header("upload-limit")
@@ -389,10 +389,10 @@ fn unfinished_uploads_count_against_the_capacity_from_their_creation() {
     assert_eq!(patch(s, &url, 0, false, &bytes(1000, 1)).status, 204);
     let (_d, p) = local_file("petit.bin", &bytes(500_000, 2));
     let refused = common::upload(s, &p);
-    assert_eq!(refused.status, 507, "{}", refused.text());
+    assert_eq!(refused.status, 507, "{}", shown(&refused));
     assert_eq!(error_code(&refused), "stockage_plein");
     let second = create(s, "second.bin", 500_000, None);
-    assert_eq!(second.status, 507, "{}", second.text());
+    assert_eq!(second.status, 507, "{}", shown(&second));
     // A check of the totals against the store (made due now) keeps the reservation: it counts
     // the unfinished uploads too.
     age_totals_check(&s.files());
@@ -412,7 +412,7 @@ fn unfinished_uploads_count_against_the_capacity_from_their_creation() {
     let del = curl(&["-X", "DELETE", "-H", &auth(s), &url]);
     assert_eq!(del.status, 204);
     let ok = common::upload(s, &p);
-    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.status, 200, "{}", shown(&ok));
     assert_eq!(totals(&s.files())[0], Some(900_000));
 }
 
@@ -492,7 +492,7 @@ fn the_consignes_function_sends_200_mib_through_a_path_that_cuts_connections() {
     assert!(
         out.status.success(),
         "{}\nstderr: {}\n{}",
-        stdout,
+        redact(&stdout),
         String::from_utf8_lossy(&out.stderr),
         a.state.logs()
     );
@@ -527,7 +527,11 @@ fn the_consignes_function_sends_200_mib_through_a_path_that_cuts_connections() {
     let small = dir.path().join("petit");
     fs::write(&small, b"quelques octets").unwrap();
     let out = run_function(&function, &small, Some("note \"v2\".txt"), dir.path());
-    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.status.success(),
+        "{}",
+        redact(&String::from_utf8_lossy(&out.stderr))
+    );
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["nom"], "note \"v2\".txt");
     assert_eq!(
@@ -554,7 +558,7 @@ fn a_part_cut_midway_is_kept_up_to_its_last_byte_and_resumed_from_there() {
     assert!(
         out.status.success(),
         "{}\nstderr: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
+        redact(&String::from_utf8_lossy(&out.stdout)),
         String::from_utf8_lossy(&out.stderr),
         a.state.logs()
     );

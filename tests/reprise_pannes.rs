@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use common::apache::{Apache, Mode};
 use common::reprise::{
     big_file, consignes_function, create, download_digest, head, hex, location, offset, patch,
-    resumable_entries, resumable_path, run_function, server_pids, sha256, sha256_file, totals,
+    redact, resumable_entries, resumable_path, run_function, server_pids, sha256, sha256_file,
+    shown, totals,
 };
 use common::{bytes, curl, local_file};
 use rustix::process::{Pid, Signal, kill_process};
@@ -122,7 +123,7 @@ fn a_second_writer_is_refused_and_a_part_killed_midway_is_taken_back() {
 
     // A second writer, necessarily another process: refused at once.
     let second = patch(s, &url, 0, false, &data[..MIB as usize]);
-    assert_eq!(second.status, 409, "{}", second.text());
+    assert_eq!(second.status, 409, "{}", shown(&second));
     assert_eq!(error_code(&second), "reprise_occupee");
     assert!(second.header("retry-after").is_some());
     // The offset is the durable one: nothing of the stopped part.
@@ -157,7 +158,7 @@ fn a_second_writer_is_refused_and_a_part_killed_midway_is_taken_back() {
     };
     signal(stopped(&a), Signal::CONT);
     let j: serde_json::Value = serde_json::from_str(&resume.join().unwrap()).unwrap();
-    assert_eq!(j["sha256"], hex(&sha256(&data)), "{j}");
+    assert_eq!(j["sha256"], hex(&sha256(&data)), "{}", j["erreur"]);
     assert_eq!(fs::read(s.files().join("tenace.bin")).unwrap(), data);
     assert!(!data_file.exists());
 }
@@ -203,7 +204,7 @@ fn a_publication_killed_between_its_renames_and_its_state_is_complete() {
     assert_eq!(h.status, 204, "{:?}", h.headers);
     assert_eq!(h.header("upload-complete"), Some("?1"));
     let again = curl(&["-H", &common::reprise::auth(s), &url]);
-    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.status, 200, "{}", shown(&again));
     assert_eq!(again.json()["sha256"], hex(&sha256(&data)));
     assert_eq!(again.json()["taille_octets"], serde_json::json!(data.len()));
     let dl = again.json()["url_telechargement"]
@@ -303,12 +304,7 @@ fn the_kill_storm_with_resumable_uploads_in_the_mix_loses_nothing() {
                         if r.status == 200 {
                             break r;
                         }
-                        assert!(
-                            r.status >= 500 || r.status == 0,
-                            "refused: {} {}",
-                            r.status,
-                            r.text()
-                        );
+                        assert!(r.status >= 500 || r.status == 0, "refused: {}", shown(&r));
                         tries += 1;
                         assert!(tries < 50, "never acknowledged");
                         std::thread::sleep(Duration::from_millis(100));
@@ -379,7 +375,7 @@ fn the_kill_storm_with_resumable_uploads_in_the_mix_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     for a in &acked {
         let (sha, len) = download_digest(&a.url, dir.path());
-        assert_eq!((sha, len), (a.sha, a.len), "{}", a.url);
+        assert_eq!((sha, len), (a.sha, a.len), "{}", redact(&a.url));
     }
     // Nothing half-written is left: no temporary of a dead writer after a sweep, no unfinished
     // upload, and the kept total is not below what is stored.

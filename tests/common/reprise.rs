@@ -145,7 +145,7 @@ pub fn download_digest(url: &str, dir: &Path) -> ([u8; 32], u64) {
         .arg(url)
         .status()
         .unwrap();
-    assert!(st.success(), "download of {url} failed");
+    assert!(st.success(), "download of {} failed", redact(url));
     let len = fs::metadata(&out).unwrap().len();
     let d = sha256_file(&out);
     fs::remove_file(&out).unwrap();
@@ -344,4 +344,28 @@ pub fn resumable_entries(files: &Path) -> Vec<String> {
 pub fn resumable_path(files: &Path, url: &str, suffix: &str) -> PathBuf {
     let id = url.rsplit('=').next().unwrap();
     files.join(".tmp/reprises").join(format!("{id}{suffix}"))
+}
+
+/// `text` with the value of every `token=` cut to its first four characters (an answer's
+/// `url_telechargement` carries `token_acces`): what a failure message may show.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("token=") {
+        let (head, tail) = rest.split_at(at + "token=".len());
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '"' || c == '&' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        out.push_str(&tail[..end.min(4)]);
+        out.push('…');
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An answer as a failure message may show it: the status and the body, tokens cut.
+pub fn shown(r: &Reply) -> String {
+    format!("{} {}", r.status, redact(&r.text()))
 }

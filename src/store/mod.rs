@@ -47,6 +47,7 @@ mod lock;
 mod lookup;
 mod publish;
 mod reprise;
+mod sha256_reprise;
 mod sweep;
 #[cfg(test)]
 mod tests;

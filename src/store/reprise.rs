@@ -54,6 +54,7 @@ use sha2::{Digest, Sha256};
 
 use super::expiry::now_secs;
 use super::publish::{hex, start_writeback};
+use super::sha256_reprise::{ResumableSha256, SavedSha256};
 use super::{
     PART_SUFFIX, Published, Sidecar, Store, StoreError, TMP, is_absent, list_names, open_at,
     pause_point, stat_entry,
@@ -74,6 +75,9 @@ const NEW: &str = ".nouveau";
 pub const CHECKPOINT_BYTES: u64 = 32 << 20;
 /// The buffer of the digest's read of a completed upload.
 const READ_CHUNK: usize = 1 << 20;
+/// A writer asks the kernel to start writing what it received every this many bytes
+/// (`sync_file_range`), so that the sync of a checkpoint finds most of a part on disk already.
+const WRITEBACK_BYTES: u64 = 4 << 20;
 /// A state being written whose writer is gone is removed this long after its last change.
 const STALE_NEW_SECS: i64 = 3600;
 /// At most this many uploads removed by one sweep.
@@ -156,6 +160,11 @@ pub struct ResumableState {
     pub decalage: u64,
     /// The inode of its data file (which publication renames into the root).
     pub inode: u64,
+    /// The SHA-256 of the bytes before the durable offset, as far as whole blocks go (the rest
+    /// is read again from the data file): the digest without reading the file again at the end.
+    /// Absent from a state written before it existed: that upload's file is read again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empreinte_partielle: Option<SavedSha256>,
     /// Once published: what was published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publie: Option<PublishedRecord>,
@@ -236,6 +245,11 @@ pub struct ResumableWriter {
     offset: u64,
     /// Bytes written since the last checkpoint.
     unsynced: u64,
+    /// Bytes written since the kernel was last asked to start writing them to disk.
+    unflushed: u64,
+    /// The SHA-256 of everything before `offset`; `None` for an upload whose state kept none
+    /// (its file is read again at the end).
+    hasher: Option<ResumableSha256>,
 }
 
 impl Store {
@@ -285,6 +299,7 @@ impl Store {
                 cree_a: now_secs(),
                 decalage: 0,
                 inode: data.metadata()?.ino(),
+                empreinte_partielle: None,
                 publie: None,
             };
             write_state(dir, &id, &state).inspect_err(|_| {
@@ -390,6 +405,7 @@ impl Store {
             // What a writer that died wrote after its last checkpoint.
             file.set_len(state.decalage)?;
         }
+        let hasher = resume_digest(&file, &state)?;
         let dir = rustix::io::fcntl_dupfd_cloexec(dir, 0).map_err(io::Error::from)?;
         Ok(ResumableWriter {
             id: *id,
@@ -398,6 +414,8 @@ impl Store {
             offset: state.decalage,
             state,
             unsynced: 0,
+            unflushed: 0,
+            hasher,
         })
     }
 
@@ -632,11 +650,19 @@ impl ResumableWriter {
             self.file
                 .write_all_at(&data[..fits], self.offset)
                 .map_err(StoreError::from)?;
+            if let Some(h) = &mut self.hasher {
+                h.update(&data[..fits]);
+            }
             if self.offset == self.state.decalage {
                 pause_point("reprise-pendant-ecriture");
             }
             self.offset += fits as u64;
             self.unsynced += fits as u64;
+            self.unflushed += fits as u64;
+            if self.unflushed >= WRITEBACK_BYTES {
+                start_writeback(&self.file);
+                self.unflushed = 0;
+            }
         }
         if fits < data.len() {
             return Err(ResumableError::Length(format!(
@@ -660,6 +686,7 @@ impl ResumableWriter {
         self.file.sync_data()?;
         let state = ResumableState {
             decalage: self.offset,
+            empreinte_partielle: self.hasher.as_ref().map(ResumableSha256::saved),
             ..self.state.clone()
         };
         write_state(&self.dir, &self.id, &state)?;
@@ -668,8 +695,9 @@ impl ResumableWriter {
         Ok(())
     }
 
-    /// The last part is in: checkpoint, the whole file's SHA-256 (read again: any number of
-    /// requests and processes wrote it), compared with the stated one (a mismatch removes the
+    /// The last part is in: checkpoint, the whole file's SHA-256 (carried from part to part in
+    /// the state, [`ResumableState::empreinte_partielle`]; read again from the file for a state
+    /// that kept none), compared with the stated one (a mismatch removes the
     /// upload: nothing published, nothing left, `DigestMismatch`), then the publication under
     /// its name exactly as a one-shot upload's: sidecar written and synced, index entry filed,
     /// then under the exclusive store lock the reservation turned into the file and the two
@@ -683,7 +711,10 @@ impl ResumableWriter {
                 self.offset
             )));
         }
-        let digest = digest_of(&self.file, length)?;
+        let digest = match self.hasher.take() {
+            Some(h) => h.finalize(),
+            None => digest_of(&self.file, length)?,
+        };
         if let Some(stated) = &self.state.sha256
             && *stated != hex(&digest)
         {
@@ -784,6 +815,35 @@ impl Drop for Temporary<'_> {
             let _ = rustix::fs::unlinkat(self.dir, name.as_str(), AtFlags::empty());
         }
     }
+}
+
+/// The SHA-256 a writer goes on with: from the state's saved one, with the bytes between its
+/// whole blocks and the durable offset read again from `file`; a new one for an upload with
+/// nothing yet; `None` when the state kept none (the file is read again at the end).
+fn resume_digest(file: &File, state: &ResumableState) -> io::Result<Option<ResumableSha256>> {
+    if state.decalage == 0 {
+        return Ok(Some(ResumableSha256::default()));
+    }
+    let Some(mut h) = state
+        .empreinte_partielle
+        .as_ref()
+        .filter(|s| s.octets <= state.decalage)
+        .and_then(ResumableSha256::resume)
+    else {
+        return Ok(None);
+    };
+    let mut at = h.saved().octets;
+    let mut buf = [0u8; 4096];
+    while at < state.decalage {
+        let want = usize::try_from(state.decalage - at).map_or(buf.len(), |l| l.min(buf.len()));
+        let n = file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(Some(h))
 }
 
 /// The SHA-256 of the first `length` bytes of `file`, read in [`READ_CHUNK`] pieces.

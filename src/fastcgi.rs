@@ -24,6 +24,7 @@
 
 pub mod cgi;
 pub mod conn;
+pub mod connection;
 pub mod machine;
 pub mod record;
 

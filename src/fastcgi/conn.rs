@@ -33,7 +33,6 @@
 //! gets the answer; one that goes away before (in the PARAMS or the body) gets none, and its
 //! handler sees a broken body.
 
-use std::fmt;
 use std::future::{Future, pending};
 use std::io;
 use std::pin::Pin;
@@ -45,8 +44,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use super::Handler;
+pub use super::connection::{ConnError, Deadlines};
 use super::machine::{
-    BodyKind, Closing, Input, Machine, ProtocolError, Status, Values, begin_stdout, seal_stdout,
+    BodyKind, Closing, Input, Machine, Status, Values, begin_stdout, seal_stdout,
 };
 use super::record;
 use crate::http::{self, Body, Params, Request, Response, Role, write_response};
@@ -65,83 +65,6 @@ const LINGER: Duration = Duration::from_secs(1);
 /// Answers up to this size (body bytes) are framed in memory and written in one write; larger
 /// ones stream through the connection loop, which keeps reading records (ABORT) meanwhile.
 const DIRECT_MAX_BODY: u64 = 64 * 1024;
-
-/// How long a peer may keep a connection without making progress (256 silent TCP connections
-/// would otherwise hold every `--listen` slot forever). Documented in docs/DEPLOIEMENT.md.
-///
-/// The values are far above what Apache (mod_fcgid, mod_proxy_fcgi) and nginx ever need: they
-/// connect and send a request at once; mod_fcgid reads the whole request body before it connects;
-/// a body streamed by mod_proxy_fcgi or by nginx without request buffering arrives at the
-/// client's pace, which the web server itself bounds (mod_reqtimeout `body=20,MinRate=500` by
-/// default, nginx `client_body_timeout 60s`); a response is "progressing" as long as the socket
-/// accepts bytes, however slowly (a 200 MiB download to a slow client through mod_proxy_fcgi is
-/// never cut; Apache gives up on a client after `Timeout`, 300 s on Debian).
-///
-/// Only the records of a request count as its progress (BEGIN_REQUEST, PARAMS, STDIN); management
-/// records (GET_VALUES…) never extend a deadline, and their answers are written within the
-/// deadline that runs while they are written: a connection with no request in progress is closed
-/// at `first_record` (or `keep_alive`) whatever it sends and whether or not it reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deadlines {
-    /// A new connection must have sent its first BEGIN_REQUEST within this time.
-    pub first_record: Duration,
-    /// Between two requests on a kept connection (`FCGI_KEEP_CONN`): longer than nginx's
-    /// upstream `keepalive_timeout` (60 s), so that nginx closes first.
-    pub keep_alive: Duration,
-    /// While a request is received (PARAMS, STDIN): its initial credit, and the longest silence
-    /// allowed. Time during which this program does not read (the handler is busy) is not counted.
-    pub receive_grace: Duration,
-    /// Every byte received adds `1 / min_rate` s of credit (capped at `receive_grace`): a peer
-    /// slower than this on average, e.g. one byte per minute, runs out of credit.
-    pub min_rate: u64,
-    /// A response write that makes no progress at all for this long closes the connection.
-    pub write_stall: Duration,
-}
-
-impl Default for Deadlines {
-    fn default() -> Self {
-        Deadlines {
-            first_record: Duration::from_secs(10),
-            keep_alive: Duration::from_secs(75),
-            receive_grace: Duration::from_secs(60),
-            min_rate: 500,
-            write_stall: Duration::from_secs(360),
-        }
-    }
-}
-
-impl Deadlines {
-    /// The defaults, or, TEST ONLY (feature `injection-pannes`), the values of the environment
-    /// variable `DEPOT_FICHIERS_TEST_DELAIS` (`first=MS,keepalive=MS,grace=MS,rate=B,stall=MS`, any
-    /// subset), so that the tests of the deadlines do not wait for minutes.
-    pub fn from_env() -> Self {
-        #[allow(unused_mut)]
-        let mut d = Deadlines::default();
-        #[cfg(feature = "injection-pannes")]
-        if let Ok(spec) = std::env::var("DEPOT_FICHIERS_TEST_DELAIS") {
-            for (k, v) in spec.split(',').filter_map(|kv| kv.split_once('=')) {
-                let Ok(n) = v.trim().parse::<u64>() else {
-                    continue;
-                };
-                let ms = Duration::from_millis(n);
-                match k.trim() {
-                    "first" => d.first_record = ms,
-                    "keepalive" => d.keep_alive = ms,
-                    "grace" => d.receive_grace = ms,
-                    "rate" => d.min_rate = n.max(1),
-                    "stall" => d.write_stall = ms,
-                    _ => {}
-                }
-            }
-        }
-        d
-    }
-
-    /// Credit earned by `n` bytes received.
-    fn credit(&self, n: u64) -> Duration {
-        Duration::from_secs_f64(n as f64 / self.min_rate.max(1) as f64)
-    }
-}
 
 /// Per-connection settings.
 #[derive(Clone, Debug)]
@@ -175,35 +98,6 @@ impl ConnConfig {
             max_conns: self.max_conns,
             max_reqs: self.max_reqs,
         }
-    }
-}
-
-/// Why a connection was closed on our side. A peer that goes away is not an error.
-#[derive(Debug)]
-pub enum ConnError {
-    /// The peer does not speak FastCGI 1.0 (or breaks its rules).
-    Protocol(String),
-    /// An I/O error other than "peer gone".
-    Io(io::Error),
-    /// The peer made no progress in time (see [`Deadlines`]).
-    Deadline(&'static str),
-}
-
-impl fmt::Display for ConnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnError::Protocol(m) => write!(f, "erreur de protocole FastCGI : {m}"),
-            ConnError::Io(e) => write!(f, "erreur d'entrée-sortie FastCGI : {e}"),
-            ConnError::Deadline(why) => write!(f, "délai dépassé : {why}"),
-        }
-    }
-}
-
-impl std::error::Error for ConnError {}
-
-impl From<ProtocolError> for ConnError {
-    fn from(e: ProtocolError) -> Self {
-        ConnError::Protocol(e.0)
     }
 }
 

@@ -124,7 +124,7 @@ impl Deadlines {
     }
 
     /// Credit earned by `n` bytes received.
-    pub(super) fn credit(&self, n: u64) -> Duration {
+    fn credit(&self, n: u64) -> Duration {
         Duration::from_secs_f64(n as f64 / self.min_rate.max(1) as f64)
     }
 }

@@ -530,7 +530,7 @@ fn served_config(max_conns: u32, shutdown: watch::Receiver<bool>) -> ConnConfig 
         max_conns,
         max_reqs: max_conns,
         shutdown: Some(shutdown),
-        deadlines: conn::Deadlines::from_env(),
+        deadlines: Deadlines::default(),
     }
 }
 

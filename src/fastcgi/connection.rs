@@ -97,32 +97,6 @@ impl Default for Deadlines {
 }
 
 impl Deadlines {
-    /// The defaults, or, TEST ONLY (feature `injection-pannes`), the values of the environment
-    /// variable `DEPOT_FICHIERS_TEST_DELAIS` (`first=MS,keepalive=MS,grace=MS,rate=B,stall=MS`, any
-    /// subset), so that the tests of the deadlines do not wait for minutes.
-    pub fn from_env() -> Self {
-        #[allow(unused_mut)]
-        let mut d = Deadlines::default();
-        #[cfg(feature = "injection-pannes")]
-        if let Ok(spec) = std::env::var("DEPOT_FICHIERS_TEST_DELAIS") {
-            for (k, v) in spec.split(',').filter_map(|kv| kv.split_once('=')) {
-                let Ok(n) = v.trim().parse::<u64>() else {
-                    continue;
-                };
-                let ms = Duration::from_millis(n);
-                match k.trim() {
-                    "first" => d.first_record = ms,
-                    "keepalive" => d.keep_alive = ms,
-                    "grace" => d.receive_grace = ms,
-                    "rate" => d.min_rate = n.max(1),
-                    "stall" => d.write_stall = ms,
-                    _ => {}
-                }
-            }
-        }
-        d
-    }
-
     /// Credit earned by `n` bytes received.
     fn credit(&self, n: u64) -> Duration {
         Duration::from_secs_f64(n as f64 / self.min_rate.max(1) as f64)

@@ -8,8 +8,8 @@
 
 use std::rc::Rc;
 
-use depot_fichiers::fastcgi::{Handler, run};
-use depot_fichiers::http::{Request, Response};
+use depot_fichiers::fastcgi::run;
+use depot_fichiers::http::{Handler, Request, Response};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -33,8 +33,6 @@ use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
@@ -43,11 +41,7 @@ use tokio::task::{JoinSet, LocalSet};
 
 pub use conn::{ConnConfig, ConnError, Deadlines, MAX_PARAMS_LEN, serve_connection};
 
-use crate::http::{Request, Response};
-
-/// A request handler: called once per request, as soon as the parameters are known; it reads the
-/// body itself (streamed) and returns the response.
-pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>>;
+use crate::http::Handler;
 
 /// How long a request in flight may still run after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);

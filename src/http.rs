@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::fs::File;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -260,6 +261,10 @@ impl Request {
         query_param(self.query(), key)
     }
 }
+
+/// A request handler: called once per request, as soon as the parameters are known; it reads the
+/// body itself (streamed) and returns the response. The transports (FastCGI, CGI) take one.
+pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>>;
 
 /// Decodes a query string as PHP's `$_GET` does for plain keys: `&`-separated pairs, `+` as space,
 /// percent-decoding, and for a repeated key the last value wins. Values stay raw bytes (they may

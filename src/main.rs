@@ -11,7 +11,7 @@ use clap::Parser;
 use depot_fichiers::app::App;
 use depot_fichiers::cli::{Cli, Command};
 use depot_fichiers::config::{self, Config};
-use depot_fichiers::http::Request;
+use depot_fichiers::http::{Handler, Request};
 use depot_fichiers::router;
 use depot_fichiers::{consignes, etat, fastcgi};
 
@@ -335,7 +335,7 @@ fn serve(listen: Option<&str>, app: Rc<App>) -> ExitCode {
     if !fastcgi::is_cgi_request() {
         app.hand_off_sweeps();
     }
-    let handler: fastcgi::Handler = Rc::new(move |req: Request| {
+    let handler: Handler = Rc::new(move |req: Request| {
         let app = app.clone();
         Box::pin(async move { router::handle(&app, req).await })
     });
@@ -365,7 +365,7 @@ fn serve_for_the_web_server(cli_config: Option<PathBuf>) -> ExitCode {
         return serve(None, app);
     }
     let state: Rc<RefCell<Result<Rc<App>, String>>> = Rc::new(RefCell::new(first));
-    let handler: fastcgi::Handler = Rc::new(move |req: Request| {
+    let handler: Handler = Rc::new(move |req: Request| {
         let current = {
             let mut s = state.borrow_mut();
             if s.is_err() {

@@ -9,8 +9,8 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use depot_fichiers::fastcgi::record::{self, RecordRef};
-use depot_fichiers::fastcgi::{ConnConfig, Handler, conn::StdoutSink, serve_connection};
-use depot_fichiers::http::{Request, Response};
+use depot_fichiers::fastcgi::{ConnConfig, conn::StdoutSink, serve_connection};
+use depot_fichiers::http::{Handler, Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// A peer that sends one request: BEGIN, PARAMS, then `body_len` bytes of STDIN in records of

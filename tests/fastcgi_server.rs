@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use common::fcgi::{self, FcgiClient};
 use common::server::{TestServer, spawn_unix_server};
-use depot_fichiers::fastcgi::Handler;
-use depot_fichiers::http::{Request, Response};
+use depot_fichiers::http::{Handler, Request, Response};
 
 /// Safety net for waiting on handler events (never reached when things work).
 const EVENT_TIMEOUT: Duration = Duration::from_secs(20);

@@ -16,9 +16,8 @@ use std::os::unix::ffi::OsStringExt;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
-use super::Handler;
 use super::conn::is_peer_gone;
-use crate::http::{Body, Params, Request, write_response};
+use crate::http::{Body, Handler, Params, Request, write_response};
 
 /// Size of the reads from stdin.
 const CHUNK: usize = 64 * 1024;

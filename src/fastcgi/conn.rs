@@ -30,12 +30,11 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
-use super::Handler;
 use super::connection::{self, Action, Connection, frame_stderr};
 pub use super::connection::{ConnError, Deadlines};
 use super::machine::{BodyKind, Values, begin_stdout, seal_stdout};
 use super::record;
-use crate::http::{self, Body, Request, Response, write_response};
+use crate::http::{self, Body, Handler, Request, Response, write_response};
 
 pub use super::machine::{APP_STATUS_FAILED, MAX_PARAMS_LEN};
 

@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
-use depot_fichiers::fastcgi::{Handler, Listener, serve_listener};
+use depot_fichiers::fastcgi::{Listener, serve_listener};
+use depot_fichiers::http::Handler;
 use tokio::sync::oneshot;
 
 pub struct TestServer {

@@ -1,6 +1,7 @@
 //! `serve_connection` over in-memory streams, where the test sees exactly how much input the server
 //! has consumed: backpressure (a slow handler keeps the server from reading ahead), draining STDIN
-//! before answering, and STDOUT record framing.
+//! before answering, and STDOUT record framing; and, with tokio's clock paused (virtual time, no
+//! waiting), the event loop closing connections at the production deadlines the core decides.
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -9,9 +10,10 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use depot_fichiers::fastcgi::record::{self, RecordRef};
-use depot_fichiers::fastcgi::{ConnConfig, conn::StdoutSink, serve_connection};
+use depot_fichiers::fastcgi::{ConnConfig, ConnError, conn::StdoutSink, serve_connection};
 use depot_fichiers::http::{Handler, Request, Response};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::time::{Duration, Instant};
 
 /// A peer that sends one request: BEGIN, PARAMS, then `body_len` bytes of STDIN in records of
 /// `record_size`, the empty STDIN record, and then nothing (it never closes: the server must close
@@ -309,4 +311,126 @@ async fn get_values_reflects_the_config() {
             (&b"FCGI_MPXS_CONNS"[..], &b"0"[..])
         ]
     );
+}
+
+// ----- deadlines, in virtual time ----------------------------------------------------------------
+
+/// The start of a request: BEGIN_REQUEST (`flags`), then its PARAMS.
+fn request_head(flags: u8, params: &[(&str, &str)]) -> Vec<u8> {
+    let mut head = Vec::new();
+    let begin = record::begin_request_body(record::ROLE_RESPONDER, flags);
+    record::encode_record(record::BEGIN_REQUEST, 1, &begin, &mut head);
+    let mut p = Vec::new();
+    for (n, v) in params {
+        record::encode_name_value(n.as_bytes(), v.as_bytes(), &mut p);
+    }
+    record::encode_record(record::PARAMS, 1, &p, &mut head);
+    record::encode_record(record::PARAMS, 1, &[], &mut head);
+    head
+}
+
+/// Serves one connection whose peer sends `input` and then neither sends nor closes (nor reads,
+/// unless `read` is set); returns how it ended, when (in the paused clock's time since the
+/// start), and what was written.
+///
+/// Time is virtual: the runtime jumps to the next timer whenever nothing else can run.
+async fn serve_still_peer(
+    input: &[u8],
+    handler: Handler,
+    read: bool,
+) -> (Result<(), ConnError>, Duration, Vec<u8>) {
+    let (mut peer, server) = tokio::io::duplex(64 * 1024);
+    peer.write_all(input).await.unwrap();
+    let (r, w) = tokio::io::split(server);
+    let start = Instant::now();
+    let serving = async {
+        // In virtual time too: a loop that waits on no deadline fails here instead of hanging.
+        let served = serve_connection(r, w, handler, ConnConfig::default());
+        let res = tokio::time::timeout(Duration::from_secs(3600), served)
+            .await
+            .expect("the connection was never closed");
+        (res, start.elapsed())
+    };
+    if !read {
+        // `peer` stays open, unread, until the server is done.
+        let (res, elapsed) = serving.await;
+        return (res, elapsed, Vec::new());
+    }
+    let mut got = Vec::new();
+    let ((res, elapsed), _) = tokio::join!(serving, peer.read_to_end(&mut got));
+    (res, elapsed, got)
+}
+
+fn deadline_error(res: Result<(), ConnError>) -> String {
+    match res {
+        Err(ConnError::Deadline(why)) => why.to_string(),
+        other => panic!("not closed on a deadline: {other:?}"),
+    }
+}
+
+fn answer_200() -> Handler {
+    Rc::new(|_| Box::pin(async { Response::new(200).with_body(b"ok".to_vec()) }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_closes_a_silent_connection_after_10_s() {
+    let (res, elapsed, _) = serve_still_peer(b"", answer_200(), false).await;
+    assert_eq!(
+        deadline_error(res),
+        "aucune requête reçue sur une nouvelle connexion"
+    );
+    assert_eq!(elapsed.as_secs(), 10, "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_closes_an_unused_kept_connection_after_75_s_without_an_error() {
+    let mut input = request_head(record::FLAG_KEEP_CONN, &[("REQUEST_METHOD", "GET")]);
+    record::encode_record(record::STDIN, 1, &[], &mut input);
+    let (res, elapsed, out) = serve_still_peer(&input, answer_200(), true).await;
+    res.unwrap();
+    assert_eq!(elapsed.as_secs(), 75, "{elapsed:?}");
+    let (stdout, ends, _) = parse_output(&out);
+    assert!(String::from_utf8(stdout).unwrap().ends_with("\r\n\r\nok"));
+    assert_eq!(ends, [(0, record::REQUEST_COMPLETE)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_closes_a_request_that_stops_mid_body_after_60_s_of_silence() {
+    let mut input = request_head(0, &[("REQUEST_METHOD", "POST")]);
+    record::encode_record(record::STDIN, 1, &[b'x'; 1000], &mut input);
+    let saw = Rc::new(RefCell::new(None));
+    let seen = saw.clone();
+    let handler: Handler = Rc::new(move |mut req: Request| {
+        let seen = seen.clone();
+        Box::pin(async move {
+            let mut n = 0;
+            while let Ok(Some(c)) = req.body.chunk().await {
+                n += c.len();
+                *seen.borrow_mut() = Some(n);
+            }
+            Response::new(200)
+        })
+    });
+    let (res, elapsed, _) = serve_still_peer(&input, handler, false).await;
+    assert_eq!(
+        deadline_error(res),
+        "requête reçue trop lentement (paramètres ou corps)"
+    );
+    assert_eq!(*saw.borrow(), Some(1000), "the handler had the body so far");
+    assert_eq!(elapsed.as_secs(), 60, "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_closes_a_peer_that_stops_reading_after_360_s() {
+    let mut input = request_head(0, &[("REQUEST_METHOD", "GET")]);
+    record::encode_record(record::STDIN, 1, &[], &mut input);
+    // Far more than the pipe holds: the writes stop at once.
+    let handler: Handler =
+        Rc::new(|_| Box::pin(async { Response::new(200).with_body(vec![b'a'; 4 << 20]) }));
+    let (res, elapsed, _) = serve_still_peer(&input, handler, false).await;
+    assert_eq!(
+        deadline_error(res),
+        "la réponse n'est plus lue par le serveur web"
+    );
+    assert_eq!(elapsed.as_secs(), 360, "{elapsed:?}");
 }

@@ -218,7 +218,7 @@ fn send_answer(
 ) -> Option<Streaming> {
     if in_place && let Some(body_len) = http::small_body_len(&answer, DIRECT_MAX_BODY) {
         let diagnostic = answer.diagnostic.take();
-        core.answer_in_place(Instant::now(), diagnostic.as_deref(), |out| {
+        core.answer_in_place(now(), diagnostic.as_deref(), |out| {
             out.reserve(body_len as usize + 1024);
             // Rendering fails only on reading the file: the answer is cut short.
             match http::render_small(answer, out) {
@@ -253,7 +253,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let core = Connection::new(Instant::now(), config.values(), config.deadlines);
+    let core = Connection::new(now(), config.values(), config.deadlines);
     Driver::new(reader, writer, &handler, &config, core)
         .run(None)
         .await
@@ -313,7 +313,7 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Driver<'a, R, W> {
         loop {
             let action = match first.take() {
                 Some(action) => Some(action),
-                None => self.core.poll_action(Instant::now()),
+                None => self.core.poll_action(now()),
             };
             match action {
                 Some(Action::Close { drain, error }) => {
@@ -382,7 +382,7 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Driver<'a, R, W> {
             () = sleep_until_opt(deadline) => None,
         };
         if let Some(n) = written {
-            self.core.on_written(Instant::now(), n);
+            self.core.on_written(now(), n);
         }
         Ok(())
     }
@@ -454,7 +454,7 @@ impl<'a, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Driver<'a, R, W> {
                         self.core.on_stdout(rec);
                     }
                 }
-                self.core.on_writer_done(Instant::now(), app_status);
+                self.core.on_writer_done(now(), app_status);
             }
             Woke::Shutdown => {
                 self.shutdown = None;
@@ -564,7 +564,7 @@ pub async fn serve_unregistered(
         return Ok(());
     }
     let mut core = Connection::with_buffers(
-        Instant::now(),
+        now(),
         config.values(),
         config.deadlines,
         std::mem::take(&mut buffers.core),
@@ -605,8 +605,8 @@ async fn serve_in_place(
 ) -> InPlace {
     use std::io::Write;
     loop {
-        let now = Instant::now();
-        match core.poll_action(now) {
+        let at = now();
+        match core.poll_action(at) {
             Some(Action::Start {
                 role,
                 params,
@@ -631,7 +631,7 @@ async fn serve_in_place(
             Some(action) => return InPlace::Wait(Some(action), None),
             None if core.has_output() => match stream.write(core.output()) {
                 Ok(0) => return InPlace::Over(peer_io(io::ErrorKind::WriteZero.into())),
-                Ok(n) => core.on_written(now, n),
+                Ok(n) => core.on_written(at, n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // The web server reads slowly: the rest goes through the event loop.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -703,6 +703,12 @@ fn peer_io(e: io::Error) -> Result<(), ConnError> {
     } else {
         Err(ConnError::Io(e))
     }
+}
+
+/// The time the drivers tell the core: the event loop's clock, which is the system's, except in
+/// a test that pauses it (tokio's `start_paused`) to run the deadlines in virtual time.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// Resolves at `deadline`, never when there is none. Built anew on every turn of the connection

@@ -6,7 +6,7 @@
 
 use crate::app::{App, token_matches};
 use crate::error::ApiError;
-use crate::http::{OnceSent, Request, Response, ResponseBody};
+use crate::http::{Request, Response, ResponseBody};
 use crate::liens::{self, UploadId};
 use crate::log::quoted;
 use crate::names::Name;
@@ -125,13 +125,16 @@ async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         file: found.file,
         offset,
         len,
-        once_sent: if touch {
-            OnceSent::Touch
-        } else {
-            OnceSent::Leave
-        },
+        once_sent: touch.then_some(downloaded as fn(&std::fs::File)),
     };
     Ok((name, resp, shown))
+}
+
+/// What is done to a file once all its bytes are handed to the web server by a GET (200 or
+/// 206): its mtime set to now, the "last download" clock (specification §2.2,
+/// [`crate::store::touch`]). A failure changes nothing of the answer, already sent.
+fn downloaded(file: &std::fs::File) {
+    let _ = crate::store::touch(file);
 }
 
 /// The `X-Sendfile` value for the file that was looked up: a second name of that very inode

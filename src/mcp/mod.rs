@@ -6,8 +6,10 @@
 //! replies are `application/json` only (no SSE).
 //!
 //! Submodules: [`protocol`] (era routing and both ladders, pure), [`tool`] (`recuperer_fichier`,
-//! pure). This module plugs the real store into the tool ([`store_source`]).
+//! pure), [`base64_body`] (the reply body whose base64 contents are encoded while it is written).
+//! This module plugs the real store into the tool ([`store_source`]).
 
+pub mod base64_body;
 pub mod jsonrpc;
 pub mod protocol;
 pub mod tool;
@@ -18,13 +20,14 @@ use serde_json::Value;
 
 use crate::app::App;
 use crate::config::Config;
-use crate::http::{Base64File, Part, Request, Response};
+use crate::http::{Request, Response};
 use crate::liens::UploadId;
 use crate::log::quoted;
 use crate::names::Name;
 use crate::oauth;
 use crate::store::StoreError;
 
+use base64_body::{Base64File, Part, Spliced};
 use protocol::{Ctx, McpHeaders, Reply, RpcError};
 use tool::{FileOutcome, Mode, ToolCtx};
 
@@ -86,7 +89,7 @@ fn rpc_error_response(e: &RpcError) -> Response {
 }
 
 /// The files a reply returns in mode base64, spliced into the JSON text while it is written
-/// ([`crate::http::ResponseBody::Parts`]): no file is read into memory nor encoded ahead of time, so a reply
+/// ([`base64_body::Spliced`]): no file is read into memory nor encoded ahead of time, so a reply
 /// costs the same memory whatever it returns. In the reply's `serde_json::Value`, each file is a
 /// placeholder string: a per-request random nonce (a client cannot forge it in an `id` or a name)
 /// and the file's index, only letters and digits, written as is at every JSON nesting level.
@@ -356,5 +359,5 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
         .header("Content-Type", "application/json")
         .header("Cache-Control", "no-store")
         .header("X-Content-Type-Options", "nosniff")
-        .with_parts(splice.parts(text))
+        .with_chunks(Box::new(Spliced::new(splice.parts(text))))
 }

@@ -1,7 +1,7 @@
 //! The one answer type of the tests: a status, headers in order, and the whole body.
 #![allow(dead_code)]
 
-use depot_fichiers::http::{Response, ResponseBody, parts_to_vec};
+use depot_fichiers::http::{Response, ResponseBody};
 use serde_json::Value;
 
 /// An answer as a client sees it.
@@ -19,7 +19,7 @@ impl Answer {
             ResponseBody::Bytes(b) => b,
             ResponseBody::Empty => Vec::new(),
             ResponseBody::File { .. } => panic!("file body"),
-            ResponseBody::Parts(p) => parts_to_vec(&p).unwrap(),
+            body @ ResponseBody::Chunks(_) => body.into_vec().unwrap(),
         };
         Answer {
             status: r.status,

@@ -1,0 +1,23 @@
+//! Transport-neutral request and response types shared by FastCGI, CGI and the handlers, and the
+//! CGI output format the transports write.
+//!
+//! - `message.rs`: [`Request`] and [`Response`], the two types every handler deals in, and
+//!   [`Handler`], the function from one to the other that the transports take;
+//! - `params.rs`: the CGI variables of a request ([`Params`]) and its query string, decoded as
+//!   PHP's `$_GET` does ([`query_param`]);
+//! - `body.rs`: the request body, read as it arrives ([`Body`]);
+//! - `write.rs`: [`write_response`] turns a response into the CGI output format (`Status:`
+//!   line, headers, blank line, body) on any `AsyncWrite`, [`render_small`] into memory; the
+//!   FastCGI layer wraps that writer in STDOUT records, the CGI layer writes it to stdout.
+
+mod body;
+mod message;
+mod params;
+mod write;
+
+pub use body::{BODY_CHANNEL_DEPTH, Body};
+pub use message::{
+    ANNOUNCED_LENGTH, Chunks, Handler, Request, Response, ResponseBody, Role, reason_phrase,
+};
+pub use params::{Params, query_param};
+pub use write::{FILE_CHUNK, render_small, small_body_len, write_response};

@@ -1,8 +1,6 @@
 //! The per-process state: what a process loads once (configuration, store, log) and every
 //! request shares, and what every request does first (the sweep).
 
-use subtle::ConstantTimeEq;
-
 use crate::config::Config;
 use crate::folders::{self, FolderError};
 use crate::housekeeping::Housekeeper;
@@ -161,19 +159,11 @@ fn open_store_and_log(cfg: &Config) -> std::io::Result<(Store, Log)> {
     Ok((store, log))
 }
 
-/// Is `given` the configured `token_acces`? Compared in constant time: the one check of the
-/// access token, for the `Authorization` header of an upload and the `token=` of a download.
-pub fn token_matches(given: &[u8], token_acces: &str) -> bool {
-    given.ct_eq(token_acces.as_bytes()).into()
-}
-
-/// `Authorization: Bearer <token_acces>`, scheme case-insensitive, compared in constant time.
-pub fn bearer_matches(header: Option<&str>, token_acces: &str) -> bool {
-    let Some(h) = header else { return false };
-    let Some((scheme, rest)) = h.trim().split_once(' ') else {
-        return false;
-    };
-    scheme.eq_ignore_ascii_case("bearer") && token_matches(rest.trim().as_bytes(), token_acces)
+/// `Authorization: Bearer <token_acces>`: the header read by the one bearer parser
+/// ([`crate::oauth::bearer::parse`]), the token compared in constant time
+/// ([`Config::access_token_matches`]).
+pub fn bearer_matches(header: Option<&str>, cfg: &Config) -> bool {
+    crate::oauth::bearer::parse(header).is_ok_and(|t| cfg.access_token_matches(t.as_bytes()))
 }
 
 #[cfg(test)]
@@ -182,12 +172,18 @@ mod tests {
 
     #[test]
     fn bearer() {
+        let cfg = crate::oauth::tests::config();
         let t = "0123456789abcdef0123456789abcdef";
-        assert!(bearer_matches(Some(&format!("Bearer {t}")), t));
-        assert!(bearer_matches(Some(&format!("bEaReR  {t} ")), t));
-        assert!(!bearer_matches(Some(&format!("Basic {t}")), t));
-        assert!(!bearer_matches(Some("Bearer"), t));
-        assert!(!bearer_matches(Some(&format!("Bearer {t}x")), t));
-        assert!(!bearer_matches(None, t));
+        let matches = |h: &str| bearer_matches(Some(h), &cfg);
+        assert!(matches(&format!("Bearer {t}")));
+        assert!(matches(&format!("bEaReR  {t} ")));
+        assert!(!matches(&format!("Basic {t}")));
+        assert!(!matches("Bearer"));
+        assert!(!matches(&format!("Bearer {t}x")));
+        assert!(!bearer_matches(None, &cfg));
+        // The parser of the OAuth bearer: spaces only between the scheme and the token.
+        assert!(!matches(&format!("Bearer\t{t}")));
+        assert!(!matches(&format!("Bearer \t{t}")));
+        assert!(!matches(&format!("Bearer {t}\u{a0}")));
     }
 }

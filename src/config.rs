@@ -998,6 +998,14 @@ oauth_client_secret = "s3cr3t-s3cr3t"
 // Kept after the tests so that the table of keys above can change without touching it.
 #[allow(clippy::items_after_test_module)]
 impl Config {
+    /// Is `given` the configured `token_acces`? Compared in constant time: the one check of the
+    /// access token, for the `Authorization` header of an upload, the `token=` of a download, and
+    /// the OAuth bearer that must not be it.
+    pub fn access_token_matches(&self, given: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        given.ct_eq(self.token_acces.as_bytes()).into()
+    }
+
     /// The URL of this resource's RFC 9728 metadata, path-suffixed with `mcp.php` (specification
     /// §2.4): what the `WWW-Authenticate` challenges give in `resource_metadata`.
     pub fn resource_metadata_url(&self) -> String {

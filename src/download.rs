@@ -4,7 +4,7 @@
 //! most ≈ 192 KiB, may still be on their way: README, « Ce qui compte comme téléchargement »);
 //! HEAD and 416 do not count as downloads.
 
-use crate::app::{App, token_matches};
+use crate::app::App;
 use crate::error::ApiError;
 use crate::http::{Request, Response, ResponseBody};
 use crate::liens::{self, UploadId};
@@ -169,7 +169,7 @@ fn sendfile_path(app: &App, found: &Found) -> Option<String> {
 /// is refused before the store is looked at, so a forged capability cannot probe which names
 /// exist.
 fn authorise(app: &App, token: &[u8], raw: &[u8]) -> Result<(Name, Option<UploadId>), ApiError> {
-    if token_matches(token, &app.cfg.token_acces) {
+    if app.cfg.access_token_matches(token) {
         return Ok((Name::parse(raw)?, None));
     }
     let name = Name::parse(raw).map_err(|_| ApiError::TokenInvalide)?;

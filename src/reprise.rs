@@ -86,7 +86,7 @@ fn before_the_body(app: &App, req: &Request) -> Result<Op, ApiError> {
     if op == Op::Options {
         return Ok(op);
     }
-    if !bearer_matches(req.header("Authorization"), &app.cfg.token_acces) {
+    if !bearer_matches(req.header("Authorization"), &app.cfg) {
         return Err(ApiError::TokenInvalide);
     }
     Ok(op)

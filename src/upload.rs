@@ -52,7 +52,7 @@ fn before_the_body(app: &App, req: &Request) -> Result<(), ApiError> {
     if req.method() != "POST" {
         return Err(ApiError::MethodeNonAutorisee("POST"));
     }
-    if !bearer_matches(req.header("Authorization"), &app.cfg.token_acces) {
+    if !bearer_matches(req.header("Authorization"), &app.cfg) {
         return Err(ApiError::TokenInvalide);
     }
     Ok(())

@@ -1,6 +1,10 @@
-//! The parser of `Authorization: Bearer <token>` (RFC 6750 §2.1): the scheme `Bearer` in any
-//! case, then exactly one b64token: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" )
-//! *"="`.
+//! The one parser of `Authorization: Bearer <token>` (RFC 6750 §2.1, RFC 9110 §11.4), for the
+//! OAuth bearer of `/mcp.php` and the `token_acces` of an upload alike.
+//!
+//! The field value loses its leading and trailing whitespace (spaces and tabs, RFC 9110 §5.5);
+//! the scheme is `Bearer` in any case, followed by one or more spaces (`1*SP`: a tab there is
+//! refused) and exactly one b64token: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" )
+//! *"="`. Nothing may follow it.
 
 use crate::log::redact;
 
@@ -23,8 +27,8 @@ pub fn parse(header: Option<&str>) -> Result<&str, BearerError> {
     if value.is_empty() {
         return Err(BearerError::Missing);
     }
-    let (scheme, token) = match value.find([' ', '\t']) {
-        Some(i) => (&value[..i], value[i..].trim_matches([' ', '\t'])),
+    let (scheme, token) = match value.split_once(' ') {
+        Some((scheme, rest)) => (scheme, rest.trim_start_matches(' ')),
         None => (value, ""),
     };
     if !scheme.eq_ignore_ascii_case("bearer") {
@@ -36,7 +40,7 @@ pub fn parse(header: Option<&str>) -> Result<&str, BearerError> {
     if token.is_empty() {
         return Err(BearerError::Invalid("Bearer sans token".into()));
     }
-    if token.contains([' ', '\t', ',']) {
+    if token.contains([' ', ',']) {
         return Err(BearerError::Invalid("plusieurs tokens".into()));
     }
     let body = token.trim_end_matches('=');
@@ -50,4 +54,38 @@ pub fn parse(header: Option<&str>) -> Result<&str, BearerError> {
         ));
     }
     Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_token_after_one_or_more_spaces() {
+        assert_eq!(parse(Some("Bearer abc.DEF-_~+/==")), Ok("abc.DEF-_~+/=="));
+        assert_eq!(parse(Some("bEaReR    abc")), Ok("abc"));
+        // The field value's own leading and trailing whitespace is not part of it.
+        assert_eq!(parse(Some("\t Bearer abc \t")), Ok("abc"));
+        assert_eq!(parse(None), Err(BearerError::Missing));
+        assert_eq!(parse(Some(" \t ")), Err(BearerError::Missing));
+    }
+
+    /// Between the scheme and the token, spaces only (`1*SP`); inside, no whitespace at all.
+    #[test]
+    fn a_tab_or_another_space_is_not_a_separator() {
+        for bad in [
+            "Bearer\tabc",
+            "Bearer \tabc",
+            "Bearer\t abc",
+            "Bearer\u{a0}abc",
+            "Bearer abc\u{a0}",
+            "Bearer ab\tc",
+            "Bearer abc\n",
+        ] {
+            assert!(
+                matches!(parse(Some(bad)), Err(BearerError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+    }
 }

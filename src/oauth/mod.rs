@@ -34,7 +34,7 @@ use crate::store::Store;
 /// 401 `invalid_token`: sent to the authorization server it would hand that secret to the
 /// server, its operator, its logs and whatever proxy stands in front of it.
 fn refuse_own_secret(cfg: &Config, token: &str) -> Result<(), AuthError> {
-    if crate::app::token_matches(token.as_bytes(), &cfg.token_acces) {
+    if cfg.access_token_matches(token.as_bytes()) {
         return Err(AuthError::InvalidToken(
             "token_acces présenté comme jeton OAuth, refusé sans introspection".into(),
         ));

@@ -592,8 +592,8 @@ fn t_jsonrpc(data: &[u8]) -> String {
     };
     let ctx = Ctx {
         tool: ToolCtx {
-            url_base: "https://depot.example.org",
-            token_acces: TOKEN,
+            base_url: "https://depot.example.org",
+            access_token: TOKEN,
             deletion_delays: "10 minutes sans téléchargement, ou 1h maximum après le dépôt",
         },
         instructions: "instructions",

@@ -134,9 +134,9 @@ fn open_store_and_log(cfg: &Config) -> std::io::Result<(Store, Log)> {
     let store = Store::open(cfg, &mut notes)?;
     // A log folder that is refused stops the process; one that merely cannot be opened
     // (read-only, permissions) does not: a log that cannot be written never stops a request.
-    let log_dir = match folders::open_private(&cfg.dossier_log) {
+    let log_dir = match folders::open_private(&cfg.paths.log) {
         Ok(o) => {
-            notes.extend(o.note(&cfg.dossier_log));
+            notes.extend(o.note(&cfg.paths.log));
             Some(o.fd)
         }
         Err(e @ FolderError::Refused(_)) => return Err(e.into()),
@@ -147,10 +147,10 @@ fn open_store_and_log(cfg: &Config) -> std::io::Result<(Store, Log)> {
     };
     let log = Log::in_dir(
         log_dir,
-        &cfg.dossier_log,
-        cfg.debug,
-        cfg.taille_max_log_octets,
-        cfg.nombre_logs_conserves,
+        &cfg.paths.log,
+        cfg.log.debug,
+        cfg.log.max_bytes,
+        cfg.log.kept_files,
     );
     for note in notes {
         eprintln!("depot-fichiers : {note}");

@@ -22,16 +22,16 @@ pub fn render(cfg: &Config, with_token: bool, connector: &str) -> String {
         c => c,
     };
     let token = if with_token {
-        cfg.token_acces.as_str()
+        cfg.access.token.as_str()
     } else {
         TOKEN_PLACEHOLDER
     };
-    let base = cfg.url_base.trim_end_matches('/');
+    let base = cfg.site.base_url.trim_end_matches('/');
     let upload_url = format!("{base}/upload.php");
     let example_link = format!("{base}/download.php?fichier=fichier.ext&token=xxxxx");
     let delays = deletion_delays(cfg);
-    let max_size = size_fr(cfg.taille_max_fichier_octets);
-    let expire = cfg.duree_max_depot_secondes;
+    let max_size = size_fr(cfg.limits.max_file_bytes);
+    let expire = cfg.expiry.max_age_secs;
     let function = resumable_function(&upload_url, token);
 
     format!(
@@ -135,8 +135,8 @@ pub fn resumable_function(upload_url: &str, token: &str) -> String {
 pub fn deletion_delays(cfg: &Config) -> String {
     format!(
         "{} sans téléchargement, ou {} maximum après le dépôt",
-        duration_fr(cfg.duree_inactivite_secondes),
-        duration_fr(cfg.duree_max_depot_secondes)
+        duration_fr(cfg.expiry.max_idle_secs),
+        duration_fr(cfg.expiry.max_age_secs)
     )
 }
 
@@ -209,9 +209,9 @@ mod tests {
         let c = cfg();
         let without = render(&c, false, "");
         assert!(without.contains("-H \"Authorization: Bearer <TOKEN_ACCES>\""));
-        assert!(!without.contains(&c.token_acces));
+        assert!(!without.contains(&c.access.token));
         let with = render(&c, true, "");
-        assert!(with.contains(&format!("-H \"Authorization: Bearer {}\"", c.token_acces)));
+        assert!(with.contains(&format!("-H \"Authorization: Bearer {}\"", c.access.token)));
         assert!(!with.contains(TOKEN_PLACEHOLDER));
     }
 
@@ -231,9 +231,9 @@ mod tests {
         assert!(out.contains("(10 minutes sans téléchargement, ou 1h maximum après le dépôt)"));
         assert!(out.contains("\"expire_au_plus_tard_dans_secondes\":3600}"));
         assert!(out.contains("Taille maximale d'un fichier : 200 Mio."));
-        c.duree_inactivite_secondes = 90;
-        c.duree_max_depot_secondes = 5400;
-        c.taille_max_fichier_octets = 1536 * 1024;
+        c.expiry.max_idle_secs = 90;
+        c.expiry.max_age_secs = 5400;
+        c.limits.max_file_bytes = 1536 * 1024;
         let out = render(&c, false, "");
         assert!(out.contains("(90 secondes sans téléchargement, ou 1h30 maximum après le dépôt)"));
         assert!(out.contains("\"expire_au_plus_tard_dans_secondes\":5400}"));
@@ -246,8 +246,8 @@ mod tests {
         assert!(mcp_instructions(&c).ends_with(
             "effacés automatiquement (10 minutes sans téléchargement, ou 1h maximum après le dépôt)."
         ));
-        c.duree_inactivite_secondes = 90;
-        c.duree_max_depot_secondes = 5400;
+        c.expiry.max_idle_secs = 90;
+        c.expiry.max_age_secs = 5400;
         let out = mcp_instructions(&c);
         assert!(
             out.ends_with("(90 secondes sans téléchargement, ou 1h30 maximum après le dépôt)."),
@@ -277,7 +277,7 @@ mod tests {
         assert!(render(&c, false, "").contains(&format!("```sh\n{f}\n```")));
         assert!(f.contains("a='Authorization: Bearer <TOKEN_ACCES>'"));
         let with = render(&c, true, "");
-        assert!(with.contains(&format!("a='Authorization: Bearer {}'", c.token_acces)));
+        assert!(with.contains(&format!("a='Authorization: Bearer {}'", c.access.token)));
         // The README's usage section shows it as rendered for the example deployment.
         assert!(
             include_str!("../README.md").contains(&format!("```sh\n{f}\n```")),

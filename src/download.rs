@@ -104,10 +104,10 @@ async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
     if let Some((a, b)) = shown {
         resp = resp.header("Content-Range", format!("bytes {a}-{b}/{}", found.size));
     }
-    let sendfile = (app.cfg.x_sendfile
+    let sendfile = (app.cfg.x_sendfile.enabled
         && method == "GET"
         && req.header("Range").is_none()
-        && found.size >= app.cfg.x_sendfile_taille_min_octets)
+        && found.size >= app.cfg.x_sendfile.min_bytes)
         .then(|| sendfile_path(app, &found))
         .flatten();
     if let Some(value) = sendfile {
@@ -174,8 +174,8 @@ fn authorise(app: &App, token: &[u8], raw: &[u8]) -> Result<(Name, Option<Upload
     }
     let name = Name::parse(raw).map_err(|_| ApiError::TokenInvalide)?;
     let checked = liens::verify(
-        &app.cfg.token_acces,
-        app.cfg.duree_max_depot_secondes,
+        &app.cfg.access.token,
+        app.cfg.expiry.max_age_secs,
         &name,
         token,
         now_secs(),

@@ -252,16 +252,16 @@ pub struct Report {
 pub fn gather(cfg: &Config, count: bool) -> Report {
     let now = now_secs();
     let mut alerts = Vec::new();
-    let (lines, _) = folders::report(&cfg.dossier_fichiers, &cfg.dossier_log);
+    let (lines, _) = folders::report(&cfg.paths.files, &cfg.paths.log);
     alerts.extend(lines.iter().map(|l| folder_alert(l)));
-    let capacity = (cfg.taille_max_totale_octets > 0).then_some(cfg.taille_max_totale_octets);
+    let capacity = (cfg.limits.max_total_bytes > 0).then_some(cfg.limits.max_total_bytes);
     let mut report = Report {
         version: env!("CARGO_PKG_VERSION"),
         verdict: Verdict::Ok,
         code: 0,
         alerts: Vec::new(),
         account: account(),
-        dossier_fichiers: cfg.dossier_fichiers.display().to_string(),
+        dossier_fichiers: cfg.paths.files.display().to_string(),
         files: None,
         bytes: None,
         capacity,
@@ -275,16 +275,17 @@ pub fn gather(cfg: &Config, count: bool) -> Report {
             ..WalkReport::default()
         },
         sweep: SweepState::default(),
-        log: read_log(&cfg.dossier_log, now),
+        log: read_log(&cfg.paths.log, now),
     };
-    match StoreView::open(&cfg.dossier_fichiers) {
+    match StoreView::open(&cfg.paths.files) {
         Ok(view) => read_store(&view, &mut report, &mut alerts, count, now),
         Err(e) => alerts.push(Alert::new(
             Level::Critical,
-            format!("dépôt {} illisible : {e}", cfg.dossier_fichiers.display()),
+            format!("dépôt {} illisible : {e}", cfg.paths.files.display()),
         )),
     }
-    let sweep_interval = i64::try_from(cfg.balayage_intervalle_min_ms.div_ceil(1000)).unwrap_or(0);
+    let sweep_interval =
+        i64::try_from(cfg.expiry.min_sweep_interval_ms.div_ceil(1000)).unwrap_or(0);
     alerts.extend(judge(&report, sweep_interval));
     alerts.sort_by_key(|a| std::cmp::Reverse(a.level as u8));
     report.verdict = verdict_of(&alerts);

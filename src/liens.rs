@@ -398,13 +398,13 @@ mod tests {
     #[test]
     fn the_option_is_off_by_default() {
         let c = crate::config::parse(crate::config::tests::MINIMAL).unwrap();
-        assert!(!c.liens_par_fichier);
+        assert!(!c.access.per_file_links);
         let c = crate::config::parse(&format!(
             "{}\nliens_par_fichier = true",
             crate::config::tests::MINIMAL
         ))
         .unwrap();
-        assert!(c.liens_par_fichier);
+        assert!(c.access.per_file_links);
         assert!(c.describe().contains("liens_par_fichier = true"));
     }
 }

@@ -97,7 +97,7 @@ const PRIVATE_CONFIG: &str = "conseillé : chown root:www-data et chmod 640 sous
 
 fn check_config(path: &Path, cfg: &Config) -> ExitCode {
     // Before any change of account: JuiceFS's `.config` is readable by root only.
-    let shared_fs = depot_fichiers::network_fs::warnings(&cfg.dossier_fichiers);
+    let shared_fs = depot_fichiers::network_fs::warnings(&cfg.paths.files);
     let owned;
     let cfg = if rustix::process::geteuid().is_root() {
         match as_owner(path, cfg, &CHECKING, &mut |line| outln!("{line}")) {
@@ -126,7 +126,7 @@ fn check_config(path: &Path, cfg: &Config) -> ExitCode {
     for note in cfg.notes() {
         outln!("# note : {note}");
     }
-    let (lines, refused) = depot_fichiers::folders::report(&cfg.dossier_fichiers, &cfg.dossier_log);
+    let (lines, refused) = depot_fichiers::folders::report(&cfg.paths.files, &cfg.paths.log);
     for line in &lines {
         outln!("{line}");
     }
@@ -212,7 +212,7 @@ fn as_owner(
     say: &mut dyn FnMut(String),
 ) -> Result<Option<Config>, String> {
     use nix::unistd::{Gid, Group, Uid, User};
-    let Some(uid) = depot_fichiers::folders::owner(&cfg.dossier_fichiers, &cfg.dossier_log) else {
+    let Some(uid) = depot_fichiers::folders::owner(&cfg.paths.files, &cfg.paths.log) else {
         say(format!(
             "# note : lancé en root, et ni dossier_fichiers ni dossier_log n'existent encore : \
              {} en root ; le programme les créera sous le compte qui le lance (celui du \

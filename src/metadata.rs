@@ -10,14 +10,14 @@ use crate::http::{Request, Response};
 
 /// The metadata document.
 pub fn document(cfg: &Config) -> serde_json::Value {
-    let scopes: Vec<&str> = if cfg.oauth_scope_requis.is_empty() {
+    let scopes: Vec<&str> = if cfg.oauth.required_scope.is_empty() {
         vec![]
     } else {
-        vec![cfg.oauth_scope_requis.as_str()]
+        vec![cfg.oauth.required_scope.as_str()]
     };
     json!({
-        "resource": cfg.mcp_resource_url,
-        "authorization_servers": [cfg.oauth_url],
+        "resource": cfg.site.mcp_resource_url,
+        "authorization_servers": [cfg.oauth.issuer_url],
         "scopes_supported": scopes,
         "bearer_methods_supported": ["header"],
     })
@@ -54,8 +54,8 @@ mod tests {
                    "scopes_supported": [],
                    "bearer_methods_supported": ["header"]})
         );
-        cfg.oauth_scope_requis = "fichiers:lire".into();
-        cfg.oauth_url = "https://oauth.example.org/".into();
+        cfg.oauth.required_scope = "fichiers:lire".into();
+        cfg.oauth.issuer_url = "https://oauth.example.org/".into();
         let d = document(&cfg);
         assert_eq!(d["scopes_supported"], json!(["fichiers:lire"]));
         // Exactly as configured: no slash added or removed.

@@ -201,7 +201,7 @@ fn options(app: &App, req: &Request) -> Response {
         .header("Accept-Patch", PARTIAL_UPLOAD)
         .header(
             "Upload-Limit",
-            format!("max-size={}", app.cfg.taille_max_fichier_octets),
+            format!("max-size={}", app.cfg.limits.max_file_bytes),
         )
         .header("Cache-Control", "no-store")
 }
@@ -238,9 +238,9 @@ async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
         Some(field) => Some(empreinte::repr_digest(field).map_err(ApiError::RequeteInvalide)?),
         None => None,
     };
-    if length > app.cfg.taille_max_fichier_octets {
+    if length > app.cfg.limits.max_file_bytes {
         return Err(limited(
-            ApiError::FichierTropVolumineux(app.cfg.taille_max_fichier_octets),
+            ApiError::FichierTropVolumineux(app.cfg.limits.max_file_bytes),
             app,
         ));
     }
@@ -253,7 +253,7 @@ async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
     );
     if body.unwrap_or(0) == 0 && !complete {
         let location = location(app, &id);
-        let deadline = now_secs() + app.cfg.duree_inactivite_secondes as i64;
+        let deadline = now_secs() + app.cfg.expiry.max_idle_secs as i64;
         let response = Response::json(
             201,
             &json!({
@@ -263,7 +263,7 @@ async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
                 "nom": name.as_str(),
                 "taille_octets": length,
                 "decalage": 0,
-                "expire_si_inactif_dans_secondes": app.cfg.duree_inactivite_secondes,
+                "expire_si_inactif_dans_secondes": app.cfg.expiry.max_idle_secs,
             }),
         );
         return Ok(Done {
@@ -469,10 +469,10 @@ fn upload_headers(response: Response, at: u64, complete: bool, length: u64) -> R
 
 /// `Upload-Limit`: the largest file, and how long the upload resource can still live.
 fn limits(app: &App, created: i64, deadline: i64) -> String {
-    let latest = created + app.cfg.duree_max_depot_secondes as i64;
+    let latest = created + app.cfg.expiry.max_age_secs as i64;
     format!(
         "max-size={}, max-age={}",
-        app.cfg.taille_max_fichier_octets,
+        app.cfg.limits.max_file_bytes,
         (deadline.min(latest) - now_secs()).max(0)
     )
 }
@@ -483,14 +483,14 @@ fn limited(error: ApiError, app: &App) -> Refusal {
         error,
         headers: vec![(
             "Upload-Limit",
-            format!("max-size={}", app.cfg.taille_max_fichier_octets),
+            format!("max-size={}", app.cfg.limits.max_file_bytes),
         )],
     }
 }
 
 /// The upload resource's URL.
 fn location(app: &App, id: &ResumableId) -> String {
-    format!("{}/upload.php?{PARAM}={}", app.cfg.url_base, id.hex())
+    format!("{}/upload.php?{PARAM}={}", app.cfg.site.base_url, id.hex())
 }
 
 /// The name the file will have: `Content-Disposition`'s `filename*` or `filename`, through the

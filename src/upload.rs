@@ -336,7 +336,7 @@ fn multipart_error(e: multer::Error) -> ApiError {
 /// The success reply: the five fields of the specification, then `sha256`, `expire_a` and
 /// `expire_si_inactif_dans_secondes`.
 pub fn success(app: &App, name: &Name, p: &Published) -> Response {
-    let max_age = app.cfg.duree_max_depot_secondes;
+    let max_age = app.cfg.expiry.max_age_secs;
     let expire_a = jiff::Timestamp::from_second(p.sidecar.depot_timestamp + max_age as i64)
         .map(|t| t.to_string())
         .unwrap_or_default();
@@ -345,9 +345,9 @@ pub fn success(app: &App, name: &Name, p: &Published) -> Response {
         "nom": name.as_str(),
         "taille_octets": p.sidecar.taille_octets,
         "url_telechargement": liens::download_url(
-            &app.cfg.url_base,
-            &app.cfg.token_acces,
-            app.cfg.liens_par_fichier,
+            &app.cfg.site.base_url,
+            &app.cfg.access.token,
+            app.cfg.access.per_file_links,
             name,
             // The inode is always recorded by `publish` (0 would make a link that opens nothing).
             UploadId::of(&p.sidecar, p.sidecar.inode.unwrap_or(0)),
@@ -355,7 +355,7 @@ pub fn success(app: &App, name: &Name, p: &Published) -> Response {
         "expire_au_plus_tard_dans_secondes": max_age,
         "sha256": p.sha256_hex,
         "expire_a": expire_a,
-        "expire_si_inactif_dans_secondes": app.cfg.duree_inactivite_secondes,
+        "expire_si_inactif_dans_secondes": app.cfg.expiry.max_idle_secs,
     });
     Response::json(200, &body)
         .header("Cache-Control", "no-store")

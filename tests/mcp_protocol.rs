@@ -227,7 +227,7 @@ async fn http_checks_in_contract_order() {
         a.json()["error"]["message"],
         format!(
             "Payload Too Large: the request body exceeds {} bytes",
-            e.app.cfg.mcp_taille_max_requete_octets
+            e.app.cfg.limits.max_mcp_request_bytes
         )
     );
     let a = e.request("POST", &[], "{not json").await;

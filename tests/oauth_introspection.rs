@@ -61,7 +61,7 @@ fn against_a_real_introspection_server() {
     let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &server.url(), "debug = true");
-    let log = Log::open(&cfg.dossier_log, true, 1 << 20, 1);
+    let log = Log::open(&cfg.paths.log, true, 1 << 20, 1);
     let store = store(&cfg);
     let auth = |tok: &str| {
         rt().block_on(authorize(
@@ -161,7 +161,7 @@ fn host_name_introspection_url() {
     assert!(url.starts_with("http://localhost:"), "{url}");
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &url, "");
-    let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+    let log = Log::open(&cfg.paths.log, false, 1 << 20, 1);
     let store = store(&cfg);
     let auth = |tok: &str| {
         rt().block_on(authorize(
@@ -191,7 +191,7 @@ fn scope_required() {
         &server.url(),
         "oauth_scope_requis = \"fichiers:lire\"",
     );
-    let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+    let log = Log::open(&cfg.paths.log, false, 1 << 20, 1);
     let store = store(&cfg);
     let auth = |tok: &str| {
         rt().block_on(authorize(
@@ -214,8 +214,8 @@ fn wrong_client_secret_is_a_503() {
     let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), &server.url(), "");
-    cfg.oauth_client_secret = "pas-le-bon-secret".into();
-    let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+    cfg.oauth.client_secret = "pas-le-bon-secret".into();
+    let log = Log::open(&cfg.paths.log, false, 1 << 20, 1);
     let e = rt()
         .block_on(authorize(
             &cfg,
@@ -252,8 +252,8 @@ fn slow_server_is_cut_at_the_configured_delay() {
     let server = IntrospectionServer::start("https://depot.example.org/mcp.php");
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), &server.url(), "");
-    cfg.oauth_delai_max_secondes = 0.5;
-    let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+    cfg.oauth.timeout = std::time::Duration::from_millis(500);
+    let log = Log::open(&cfg.paths.log, false, 1 << 20, 1);
     let t0 = std::time::Instant::now();
     let e = rt()
         .block_on(authorize(
@@ -275,7 +275,7 @@ fn slow_server_is_cut_at_the_configured_delay() {
 fn unreachable_server_is_a_503() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &is::refused_url(), "");
-    let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+    let log = Log::open(&cfg.paths.log, false, 1 << 20, 1);
     let e = rt()
         .block_on(authorize(
             &cfg,
@@ -295,7 +295,7 @@ fn unreachable_server_is_a_503() {
 fn header_problems_never_reach_the_network() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &is::refused_url(), "");
-    let log = Log::open(&cfg.dossier_log, false, 1 << 20, 1);
+    let log = Log::open(&cfg.paths.log, false, 1 << 20, 1);
     let rt = rt();
     assert_eq!(
         rt.block_on(authorize(&cfg, &log, &store(&cfg), None)),

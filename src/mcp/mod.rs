@@ -53,9 +53,10 @@ pub fn origin_allowed(cfg: &Config, origin: &str) -> bool {
     let Some(o) = origin_of(origin) else {
         return false; // "null", garbage
     };
-    origin_of(&cfg.url_base).as_deref() == Some(o.as_str())
+    origin_of(&cfg.site.base_url).as_deref() == Some(o.as_str())
         || cfg
-            .origines_autorisees
+            .site
+            .allowed_origins
             .iter()
             .any(|a| origin_of(a).as_deref() == Some(o.as_str()))
 }
@@ -217,7 +218,7 @@ pub fn store_source<'a>(
             Ok(None) => return FileOutcome::Missing,
             Ok(Some(f)) => f,
         };
-        let max = app.cfg.taille_max_base64_octets;
+        let max = app.cfg.limits.max_base64_bytes;
         let size = found.size;
         if mode == Mode::Base64 {
             if size > max {
@@ -299,7 +300,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             .refused(&format!("{WHAT} — {}", e.log_words(authorization)));
         return e.to_response(cfg);
     }
-    let limit = cfg.mcp_taille_max_requete_octets;
+    let limit = cfg.limits.max_mcp_request_bytes;
     let too_large = || {
         rpc_error_response(
             &RpcError::new(
@@ -335,8 +336,8 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
     let delays = crate::consignes::deletion_delays(cfg);
     let ctx = Ctx {
         tool: ToolCtx {
-            url_base: &cfg.url_base,
-            token_acces: &cfg.token_acces,
+            base_url: &cfg.site.base_url,
+            access_token: &cfg.access.token,
             deletion_delays: &delays,
         },
         instructions: &crate::consignes::mcp_instructions(cfg),

@@ -92,10 +92,10 @@ pub type FileSource<'a> = dyn FnMut(&Name, Mode) -> FileOutcome + 'a;
 /// What a call needs from the configuration.
 pub struct ToolCtx<'a> {
     /// `url_base`.
-    pub url_base: &'a str,
+    pub base_url: &'a str,
     /// `token_acces`: the key of the per-file capabilities of download links, never written in a
     /// reply (an OAuth client may only read, and only what it names).
-    pub token_acces: &'a str,
+    pub access_token: &'a str,
     /// When files are erased, in this deployment's delays ([`crate::consignes::deletion_delays`]),
     /// for the message of a missing file.
     pub deletion_delays: &'a str,
@@ -354,8 +354,8 @@ pub fn call(
                 (Mode::Lien, _) => json!({
                     "nom": name.as_str(),
                     "url_telechargement": capability_url(
-                        ctx.url_base,
-                        ctx.token_acces,
+                        ctx.base_url,
+                        ctx.access_token,
                         &name,
                         upload,
                     ),
@@ -423,8 +423,8 @@ mod tests {
     #[test]
     fn the_link_carries_a_capability_never_token_acces() {
         let ctx = ToolCtx {
-            url_base: "https://d.example",
-            token_acces: TOKEN,
+            base_url: "https://d.example",
+            access_token: TOKEN,
             deletion_delays: "",
         };
         let mut files = |_: &Name, _: Mode| FileOutcome::Found {

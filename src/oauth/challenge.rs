@@ -92,8 +92,8 @@ impl AuthError {
     /// The `WWW-Authenticate` value, `None` for a 503 (the caller's token is not at fault).
     pub fn challenge(&self, cfg: &Config) -> Option<String> {
         let rm = format!("resource_metadata=\"{}\"", cfg.resource_metadata_url());
-        let scope = (!cfg.oauth_scope_requis.is_empty())
-            .then(|| format!("scope=\"{}\"", cfg.oauth_scope_requis));
+        let scope = (!cfg.oauth.required_scope.is_empty())
+            .then(|| format!("scope=\"{}\"", cfg.oauth.required_scope));
         let parts: Vec<String> = match self {
             AuthError::Missing => std::iter::once(rm).chain(scope).collect(),
             AuthError::InvalidToken(_) => std::iter::once("error=\"invalid_token\"".to_string())
@@ -199,7 +199,7 @@ mod tests {
             format!("Bearer error=\"invalid_request\", {RM}")
         );
         assert_eq!(ch(AuthError::Unavailable("x".into()), &cfg), None);
-        cfg.oauth_scope_requis = "fichiers:lire".into();
+        cfg.oauth.required_scope = "fichiers:lire".into();
         assert_eq!(
             ch(AuthError::Missing, &cfg).unwrap(),
             format!("Bearer {RM}, scope=\"fichiers:lire\"")

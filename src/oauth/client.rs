@@ -34,8 +34,8 @@ fn form_urlencode(s: &str) -> String {
 pub fn client_basic_auth(cfg: &Config) -> String {
     let raw = format!(
         "{}:{}",
-        form_urlencode(&cfg.oauth_client_id),
-        form_urlencode(&cfg.oauth_client_secret)
+        form_urlencode(&cfg.oauth.client_id),
+        form_urlencode(&cfg.oauth.client_secret)
     );
     format!(
         "Basic {}",
@@ -202,7 +202,7 @@ fn introspect_blocking(
 /// confirm a guess of it without the configuration.
 fn bearer_key(cfg: &Config, token: &str) -> [u8; 32] {
     use hmac::{Hmac, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(cfg.oauth_client_secret.as_bytes())
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(cfg.oauth.client_secret.as_bytes())
         .expect("HMAC takes keys of any length");
     mac.update(b"depot-fichiers introspection\0");
     mac.update(token.as_bytes());
@@ -256,10 +256,10 @@ pub async fn introspect(
     store: &std::sync::Arc<Store>,
     token: &str,
 ) -> Result<(Map<String, Value>, Option<Turn>), AuthError> {
-    let timeout = Duration::from_secs_f64(cfg.oauth_delai_max_secondes);
+    let timeout = cfg.oauth.timeout;
     // The turn's holder is at most waiting for a place, then calling: past that, ask anyway.
     let turn_wait = store::PLACE_WAIT + timeout + Duration::from_millis(500);
-    let url = cfg.oauth_introspection_url.clone();
+    let url = cfg.oauth.introspection_url.clone();
     let basic = client_basic_auth(cfg);
     let tok = token.to_string();
     let key = bearer_key(cfg, token);

@@ -80,12 +80,12 @@ pub fn check_introspection(
     }
     match answer.get("aud") {
         None | Some(Value::Null) => {
-            if cfg.oauth_audience_obligatoire {
+            if cfg.oauth.audience_required {
                 return Err(AuthError::InvalidToken("aud absent".into()));
             }
         }
         Some(Value::String(a)) => {
-            if !audience_matches(a, &cfg.mcp_resource_url) {
+            if !audience_matches(a, &cfg.site.mcp_resource_url) {
                 return Err(AuthError::InvalidToken(format!(
                     "aud étranger « {} »",
                     quoted(a)
@@ -96,7 +96,7 @@ pub fn check_introspection(
             let hit = list
                 .iter()
                 .filter_map(Value::as_str)
-                .any(|a| audience_matches(a, &cfg.mcp_resource_url));
+                .any(|a| audience_matches(a, &cfg.site.mcp_resource_url));
             if !hit {
                 return Err(AuthError::InvalidToken("aud étranger (liste)".into()));
             }
@@ -109,12 +109,12 @@ pub fn check_introspection(
         }
     }
     let scope = answer.get("scope").and_then(Value::as_str);
-    if !cfg.oauth_scope_requis.is_empty() {
-        let granted = scope.is_some_and(|s| s.split(' ').any(|x| x == cfg.oauth_scope_requis));
+    if !cfg.oauth.required_scope.is_empty() {
+        let granted = scope.is_some_and(|s| s.split(' ').any(|x| x == cfg.oauth.required_scope));
         if !granted {
             return Err(AuthError::InsufficientScope(format!(
                 "« {} » requis, accordé : « {} »",
-                cfg.oauth_scope_requis,
+                cfg.oauth.required_scope,
                 quoted(scope.unwrap_or(""))
             )));
         }
@@ -204,7 +204,7 @@ mod tests {
             let e = ok(&cfg, v.clone()).unwrap_err();
             assert!(matches!(e, AuthError::InvalidToken(_)), "{v}: {e:?}");
         }
-        cfg.oauth_audience_obligatoire = false;
+        cfg.oauth.audience_required = false;
         assert!(ok(&cfg, json!({"active": true})).is_ok());
         assert!(
             ok(
@@ -213,7 +213,7 @@ mod tests {
             )
             .is_err()
         );
-        cfg.oauth_scope_requis = "fichiers:lire".into();
+        cfg.oauth.required_scope = "fichiers:lire".into();
         assert!(
             ok(
                 &cfg,

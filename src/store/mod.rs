@@ -229,7 +229,7 @@ impl Store {
     /// Opens and checks the folders, creating them (0700) if missing; a folder that had to be
     /// tightened adds a line to `notes`.
     pub fn open(cfg: &Config, notes: &mut Vec<String>) -> io::Result<Store> {
-        let root = cfg.dossier_fichiers.clone();
+        let root = cfg.paths.files.clone();
         let root_dir = folders::open_private(&root)?;
         notes.extend(root_dir.note(&root));
         let meta = folders::open_private_at(&root_dir.fd, META, &root.join(META))?;
@@ -254,12 +254,12 @@ impl Store {
             index_model: AtomicUsize::new(0),
             off_thread: false,
             lifetimes: expiry::Lifetimes {
-                max_age: cfg.duree_max_depot_secondes as i64,
-                max_idle: cfg.duree_inactivite_secondes as i64,
+                max_age: cfg.expiry.max_age_secs as i64,
+                max_idle: cfg.expiry.max_idle_secs as i64,
             },
-            sweep_interval: Duration::from_millis(cfg.balayage_intervalle_min_ms),
-            max_file: cfg.taille_max_fichier_octets,
-            capacity: cfg.taille_max_totale_octets,
+            sweep_interval: Duration::from_millis(cfg.expiry.min_sweep_interval_ms),
+            max_file: cfg.limits.max_file_bytes,
+            capacity: cfg.limits.max_total_bytes,
             sweep_marker: std::sync::Mutex::new(KeptMarker::default()),
             lock_outage: lock::Outage::default(),
             lock_waiting,

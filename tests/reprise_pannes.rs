@@ -237,7 +237,7 @@ fn the_kill_storm_with_resumable_uploads_in_the_mix_loses_nothing() {
     let s = &a.state;
     let function = Arc::new(consignes_function(s));
     let storm = Duration::from_secs(
-        std::env::var("DEPOT_TEMPETE_SECONDES")
+        std::env::var("DEPOT_STORM_SECONDS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(20),

@@ -1,4 +1,4 @@
-//! Concurrency stress (specification §4): many clients at once, for `DEPOT_STRESS_SECONDES` seconds
+//! Concurrency stress (specification §4): many clients at once, for `DEPOT_STRESS_SECONDS` seconds
 //! (default 60), mixing uploads of the same few names with different contents, whole and Range
 //! downloads and MCP base64 reads, while 1–2 s delays and `balayage_intervalle_min_ms = 0` make
 //! the sweeps delete files all the time. Run twice:

@@ -815,7 +815,7 @@ pub struct Summary {
 
 /// Runs the stress against `target`, then the final checks on `files`; panics on any violation.
 pub fn stress(label: &str, target: Target, token: &str, files: &Path, config: &Path, logs: &Path) {
-    let seconds = env_num("DEPOT_STRESS_SECONDES", 60);
+    let seconds = env_num("DEPOT_STRESS_SECONDS", 60);
     let opts = Options {
         label: label.to_string(),
         clients: env_num("DEPOT_STRESS_CLIENTS", 12) as usize,

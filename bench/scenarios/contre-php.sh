@@ -11,8 +11,13 @@
 # conception PHP, programme sous l'hôte mod_fcgid générique, entrelacés.
 depot_contre_php() {
     info "Dépôt 10 Kio à 8 connexions (32 noms par fil wrk) : bloc livré ($URL), PHP ($URL_PHP), hôte générique ($URL_GEN)"
+    # A/B (DEPOT_BIN_REFERENCE) : la version de référence, sous le même bloc livré (l'hôte du
+    # répondeur nul), entrelacée aussi (up_ref).
+    local ref=()
+    [ "${REFERENCE:-0}" = 0 ] || ref=(up_ref "$JOURNAL_NUL" "$URL_NUL/upload.php")
     entrelacees "$ETAT/travail/depot-tournant.lua" \
         up_prog "$JOURNAL_PROG" "$URL/upload.php" \
+        "${ref[@]}" \
         up_php "$JOURNAL_PHP" "$URL_PHP/upload.php" \
         up_gen "$JOURNAL_GEN" "$URL_GEN/upload.php"
     R[up.gen.apres]="$(pids_exe "$BIN_GEN" | wc -l)"
@@ -60,6 +65,10 @@ tableau_depot() {
     ligne_wrk "depot-fichiers, bloc livré" up_prog up_php
     ligne_wrk "depot-fichiers, hôte mod_fcgid générique" up_gen up_php
     ligne_wrk "conception PHP (php-fpm)" up_php
+    if [ "${REFERENCE:-0}" = 1 ]; then
+        ligne_wrk "référence (DEPOT_BIN_REFERENCE), bloc livré" up_ref up_php
+        printf '  %-40s %9s %7s\n' "depot-fichiers / référence" "" "$(f2 "$(calc "${R[up_prog.rps]} / ${R[up_ref.rps]}")")"
+    fi
 }
 tableau_telechargements_php() {
     entete_wrk "GET 10 Kio, 8 conn., contre PHP" "× PHP"

@@ -8,7 +8,7 @@
 #   demarrage_a_froid            FROIDS fois : Apache démarré, première requête (froid, chaud)
 #   mesures_xsendfile            x_sendfile = true + mod_xsendfile (xdlg, xn10000)
 #   mesure_balayage              examples/bench_sweep.rs (SWEEP_SORTIE)
-# et tableau_fichiers, cibles_fichiers.
+# et tableau_fichiers, cibles_fichiers (dont tableau_transferts, cibles_transferts : --seulement-transferts).
 
 # 5.1 Petit téléchargement, 0 / 1 000 / 10 000 autres fichiers.
 mesurer_petit() { # CLÉ
@@ -122,10 +122,28 @@ mesure_balayage() {
     fi
 }
 
+# Le tableau des transferts (mesures_transferts, et X-Sendfile quand il a été mesuré).
+tableau_transferts() {
+    local GROS_LIB="$GROS_MIO Mio" dlg_debit dlg_sdebit
+    dlg_debit="$(debit "$GROS_MIO" "${R[dlg.t]}")"; dlg_sdebit="$(debit "$GROS_MIO" "${R[dlg.st]}")"
+    printf '%-44s %16s %16s %8s %14s\n' "Transferts (curl, 1 connexion)" "durée" "débit" "statique" "pic mémoire"
+    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  dépôt 1 Mio" "$(f2 "${R[up1.t]}")" "$(debit 1 "${R[up1.t]}")" "—" "$(mio "${R[up1.mem]}")"
+    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  dépôt $GROS_LIB" "$(f2 "${R[upg.t]}")" "$(debit "$GROS_MIO" "${R[upg.t]}")" "—" "$(mio "${R[upg.mem]}")"
+    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  dépôt $GROS_LIB avec reprise, parties de 8 Mio" "$(f2 "${R[upr.t]}")" \
+        "$(debit "$GROS_MIO" "${R[upr.t]}")" "—" "$(mio "${R[upr.mem]}")"
+    printf '%-44s %14s s\n' "      dont la dernière partie (empreinte, publication)" "$(f2 "${R[upr.dern]}")"
+    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  téléchargement 1 Mio" "$(f2 "${R[dl1.t]}")" "$(debit 1 "${R[dl1.t]}")" \
+        "$(debit 1 "${R[dl1.st]}")" "$(mio "${R[dl1.mem]}")"
+    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  téléchargement $GROS_LIB" "$(f2 "${R[dlg.t]}")" "$dlg_debit" \
+        "$dlg_sdebit" "$(mio "${R[dlg.mem]}")"
+    [ -z "${R[xdlg.t]:-}" ] || printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  téléchargement $GROS_LIB, option X-Sendfile" "$(f2 "${R[xdlg.t]}")" \
+        "$(debit "$GROS_MIO" "${R[xdlg.t]}")" "$(debit "$GROS_MIO" "${R[xdlg.st]}")" "$(mio "${R[xdlg.mem]}")"
+    printf '%-44s %45s %10s Mio\n' "  (processus au repos)" "" "$(mio "${R[repos.mem]}")"
+}
+
 # Les tableaux de ces mesures dans rapport.txt.
 tableau_fichiers() {
-    local k lib GROS_LIB="$GROS_MIO Mio" dlg_debit dlg_sdebit
-    dlg_debit="$(debit "$GROS_MIO" "${R[dlg.t]}")"; dlg_sdebit="$(debit "$GROS_MIO" "${R[dlg.st]}")"
+    local k lib
     printf '%-44s %16s %16s %8s\n' "GET /download.php, 10 Kio" "depot-fichiers" "statique" "rapport"
     for k in n0 n1000 n10000; do
         lib="${k#n}"
@@ -139,19 +157,7 @@ tableau_fichiers() {
     printf '%-44s %16s %16s %8s\n' "  10000 autres, option X-Sendfile : req/s" "$(f1 "${R[xn10000.rps]}")" \
         "$(f1 "${R[xn10000.srps]}")" "$(f2 "$(calc "${R[xn10000.rps]} / ${R[xn10000.srps]}")")"
     echo
-    printf '%-44s %16s %16s %8s %14s\n' "Transferts (curl, 1 connexion)" "durée" "débit" "statique" "pic mémoire"
-    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  dépôt 1 Mio" "$(f2 "${R[up1.t]}")" "$(debit 1 "${R[up1.t]}")" "—" "$(mio "${R[up1.mem]}")"
-    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  dépôt $GROS_LIB" "$(f2 "${R[upg.t]}")" "$(debit "$GROS_MIO" "${R[upg.t]}")" "—" "$(mio "${R[upg.mem]}")"
-    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  dépôt $GROS_LIB avec reprise, parties de 8 Mio" "$(f2 "${R[upr.t]}")" \
-        "$(debit "$GROS_MIO" "${R[upr.t]}")" "—" "$(mio "${R[upr.mem]}")"
-    printf '%-44s %14s s\n' "      dont la dernière partie (relecture SHA-256, publication)" "$(f2 "${R[upr.dern]}")"
-    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  téléchargement 1 Mio" "$(f2 "${R[dl1.t]}")" "$(debit 1 "${R[dl1.t]}")" \
-        "$(debit 1 "${R[dl1.st]}")" "$(mio "${R[dl1.mem]}")"
-    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  téléchargement $GROS_LIB" "$(f2 "${R[dlg.t]}")" "$dlg_debit" \
-        "$dlg_sdebit" "$(mio "${R[dlg.mem]}")"
-    printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  téléchargement $GROS_LIB, option X-Sendfile" "$(f2 "${R[xdlg.t]}")" \
-        "$(debit "$GROS_MIO" "${R[xdlg.t]}")" "$(debit "$GROS_MIO" "${R[xdlg.st]}")" "$(mio "${R[xdlg.mem]}")"
-    printf '%-44s %45s %10s Mio\n' "  (processus au repos)" "" "$(mio "${R[repos.mem]}")"
+    tableau_transferts
     echo
     printf '%-44s %16s %16s\n' "/mcp.php (introspection HTTP locale)" "req/s" "p50 (ms)"
     printf '%-44s %16s %16s\n' "  tools/list" "$(f1 "${R[liste.rps]}")" "$(f2 "${R[liste.p50]}")"
@@ -166,22 +172,32 @@ tableau_fichiers() {
     fi
 }
 
-# Les lignes « Cibles » de ces mesures.
-cibles_fichiers() {
-    local GROS_LIB="$GROS_MIO Mio" r0 r10k rdlg rupr rxdlg memmax=0 froid_ms k lecture
-    r0="$(calc "${R[n0.rps]} / ${R[n0.srps]}")"
-    r10k="$(calc "${R[n10000.rps]} / ${R[n0.rps]}")"
+# Les lignes « Cibles » des transferts.
+cibles_transferts() {
+    local GROS_LIB="$GROS_MIO Mio" rdlg rupr rxdlg memmax=0 k
     rdlg="$(calc "${R[dlg.st]} / ${R[dlg.t]}")"
     rupr="$(calc "${R[upg.t]} / ${R[upr.t]}")"
-    rxdlg="$(calc "${R[xdlg.st]} / ${R[xdlg.t]}")"
-    for k in up1 upg upr dl1 dlg xdlg; do [ "${R[$k.memmax]}" -gt "$memmax" ] && memmax="${R[$k.memmax]}"; done
+    for k in up1 upg upr dl1 dlg xdlg; do
+        [ -n "${R[$k.memmax]:-}" ] && [ "${R[$k.memmax]}" -gt "$memmax" ] && memmax="${R[$k.memmax]}"
+    done
+    printf '  %-58s %10s   %s\n' "téléchargement $GROS_LIB ≥ 0,8 × statique (débit)" "$(f2 "$rdlg")" "$(ok "$rdlg" 0.8 '>=')"
+    if [ -n "${R[xdlg.t]:-}" ]; then
+        rxdlg="$(calc "${R[xdlg.st]} / ${R[xdlg.t]}")"
+        printf '  %-58s %10s   %s\n' "  … avec l'option X-Sendfile" "$(f2 "$rxdlg")" "$(ok "$rxdlg" 0.8 '>=')"
+    fi
+    printf '  %-58s %10s   %s\n' "dépôt $GROS_LIB avec reprise ≥ 0,8 × d'un coup (débit)" "$(f2 "$rupr")" "$(ok "$rupr" 0.8 '>=')"
+    printf '  %-58s %6s Mio   %s\n' "pic de mémoire résidente ≤ 16 Mio (tout transfert, max)" "$(mio "$memmax")" "$(ok "$memmax" 16384 '<=')"
+}
+
+# Les lignes « Cibles » de ces mesures.
+cibles_fichiers() {
+    local r0 r10k froid_ms lecture
+    r0="$(calc "${R[n0.rps]} / ${R[n0.srps]}")"
+    r10k="$(calc "${R[n10000.rps]} / ${R[n0.rps]}")"
     froid_ms="$(calc "${R[froid]} * 1000")"
     printf '  %-58s %10s   %s\n' "GET 10 Kio à 0 fichier ≥ 0,5 × statique" "$(f2 "$r0")" "$(ok "$r0" 0.5 '>=')"
     printf '  %-58s %10s   %s\n' "GET 10 Kio à 10 000 fichiers ≥ 0,8 × à 0 fichier" "$(f2 "$r10k")" "$(ok "$r10k" 0.8 '>=')"
-    printf '  %-58s %10s   %s\n' "téléchargement $GROS_LIB ≥ 0,8 × statique (débit)" "$(f2 "$rdlg")" "$(ok "$rdlg" 0.8 '>=')"
-    printf '  %-58s %10s   %s\n' "  … avec l'option X-Sendfile" "$(f2 "$rxdlg")" "$(ok "$rxdlg" 0.8 '>=')"
-    printf '  %-58s %10s   %s\n' "dépôt $GROS_LIB avec reprise ≥ 0,8 × d'un coup (débit)" "$(f2 "$rupr")" "$(ok "$rupr" 0.8 '>=')"
-    printf '  %-58s %6s Mio   %s\n' "pic de mémoire résidente ≤ 16 Mio (tout transfert, max)" "$(mio "$memmax")" "$(ok "$memmax" 16384 '<=')"
+    cibles_transferts
     printf '  %-58s %7s ms   %s\n' "démarrage à froid ≤ 10 ms" "$(f1 "$froid_ms")" "$(ok "$froid_ms" 10 '<=')"
     if [ -n "$SWEEP_SORTIE" ]; then
         lecture="$(printf '%s\n' "$SWEEP_SORTIE" | awk '/ 10000 fichiers/ { for (i=1;i<=NF;i++) if ($i=="complète") { print $(i+1); exit } }')"

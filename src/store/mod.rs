@@ -325,8 +325,8 @@ fn is_absent(e: &io::Error) -> bool {
 /// Sets the mtime of an opened stored file to now, its atime untouched: the "last download"
 /// clock of specification §4, on the inode that was served, whatever its name has become since (an
 /// unlinked file is touched harmlessly). An explicit time, not `UTIME_NOW`: letting the kernel
-/// read its clock saves one clock read, but showed no gain in A/B passes (docs/PERFORMANCE.md
-/// §8).
+/// read its clock saves one clock read, but showed no gain in A/B passes
+/// (bench/runs/2026-12-01-vm/NOTES.md).
 pub fn touch(file: &File) -> io::Result<()> {
     file.set_modified(std::time::SystemTime::now())
 }

@@ -186,7 +186,7 @@ impl Upload {
         sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
         // Both written before either is synced: the writeback of both starts now, so the
         // sidecar's is done, or nearly, when its fsync comes (≈ 50 µs less per publication on an
-        // ext4 without a journal, docs/PERFORMANCE.md §2.3); with a journal, the commit that the
+        // ext4 without a journal, docs/PERFORMANCE.md, « Dépôt »); with a journal, the commit that the
         // first fsync waits for carries the sidecar's blocks too.
         start_writeback(&file);
         start_writeback(&sc);

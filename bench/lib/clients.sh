@@ -110,7 +110,7 @@ verifier_mcp() {
 # Un transfert (curl, une connexion), REPETITIONS fois : durées et pic de mémoire résidente (VmHWM)
 # des processus du programme, médianes dans R[CLÉ.t], R[CLÉ.mem], R[CLÉ.memmax] (et R[CLÉ.st] contre
 # le statique, R[CLÉ.dern] : la dernière partie d'un dépôt avec reprise, EMPREINTE_GROS son SHA-256).
-transfert() { # CLÉ depot|get FICHIER_OU_NOM [URL_STATIQUE]
+transfert() { # CLÉ depot|reprise|reprise-connexion|get FICHIER_OU_NOM [URL_STATIQUE]
     local cle="$1" sens="$2" quoi="$3" i t d code mem temps=() mems=() stemps=() dernieres=()
     for i in $(seq 1 "$REPETITIONS"); do
         raz_pic_memoire
@@ -118,6 +118,10 @@ transfert() { # CLÉ depot|get FICHIER_OU_NOM [URL_STATIQUE]
             read -r t code < <(deposer "$quoi" "$(basename "$quoi")")
         elif [ "$sens" = reprise ]; then
             read -r t code d < <(deposer_reprise "$quoi" "reprise-$(basename "$quoi")" "$EMPREINTE_GROS")
+            dernieres+=("$d")
+        elif [ "$sens" = reprise-connexion ]; then
+            read -r t code d < <(python3 "$RACINE/bench/reprise.py" "$URL/upload.php" "$TOKEN" "$quoi" \
+                "reprise-connexion-$(basename "$quoi")")
             dernieres+=("$d")
         else
             read -r t code < <(telecharger "$(dl "$quoi")")
@@ -137,4 +141,27 @@ transfert() { # CLÉ depot|get FICHIER_OU_NOM [URL_STATIQUE]
     [ "${#stemps[@]}" = 0 ] || R[$cle.st]="$(mediane "${stemps[@]}")"
     [ "${#dernieres[@]}" = 0 ] || R[$cle.dern]="$(mediane "${dernieres[@]}")"
     info "  $cle : ${R[$cle.t]} s, pic ${R[$cle.mem]} Kio"
+}
+
+# Plusieurs transferts entrelacés : une répétition de chacun tour à tour, REPETITIONS fois, puis
+# les médianes de chacun (R[CLÉ.t], R[CLÉ.mem], R[CLÉ.memmax], R[CLÉ.dern]) comme transfert.
+transferts_entrelaces() { # FICHIER CLÉ:SENS…
+    local quoi="$1" i paire cle sens a=() k v
+    shift
+    declare -A T M D
+    for i in $(seq 1 "$REPETITIONS"); do
+        for paire in "$@"; do
+            cle="${paire%%:*}"; sens="${paire#*:}"
+            REPETITIONS=1 transfert "$cle" "$sens" "$quoi"
+            T[$cle]+="${R[$cle.t]} "; M[$cle]+="${R[$cle.mem]} "; D[$cle]+="${R[$cle.dern]:-} "
+        done
+    done
+    for paire in "$@"; do
+        cle="${paire%%:*}"
+        read -ra a <<<"${T[$cle]}"; R[$cle.t]="$(mediane "${a[@]}")"
+        read -ra a <<<"${M[$cle]}"; R[$cle.mem]="$(mediane "${a[@]}")"
+        R[$cle.memmax]="$(printf '%s\n' "${a[@]}" | sort -n | tail -1)"
+        read -ra a <<<"${D[$cle]}"; [ "${#a[@]}" = 0 ] || R[$cle.dern]="$(mediane "${a[@]}")"
+        info "  $cle : ${R[$cle.t]} s, pic ${R[$cle.mem]} Kio (entrelacé)"
+    done
 }

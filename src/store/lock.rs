@@ -44,6 +44,25 @@ pub(super) struct ExclusiveGuard {
     _held: Held,
 }
 
+/// Stored files and sidecars about to lose their last name under the exclusive lock (removed,
+/// or replaced by a rename), kept open until that lock is let go. The kernel frees an inode —
+/// truncates it and releases its blocks, with a synchronous discard of them on ext4 mounted
+/// with `discard` and without a journal — when its last name and its last descriptor are gone:
+/// with these descriptors that happens when the `Victims` drop, after the lock, instead of
+/// inside the `unlink` or `rename` while every upload and removal of every process waits for the
+/// lock. Declared before the guard, so that it drops after it.
+#[derive(Default)]
+pub(super) struct Victims(Vec<File>);
+
+impl Victims {
+    /// Keeps `name` of the folder `dir` open, if it is there.
+    pub(super) fn keep(&mut self, dir: &std::os::fd::OwnedFd, name: impl rustix::path::Arg) {
+        if let Ok(f) = super::open_at(dir, name, rustix::fs::OFlags::RDONLY) {
+            self.0.push(f);
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     Shared,

@@ -7,7 +7,7 @@ use std::io::{self, Read};
 use rustix::fs::{AtFlags, OFlags};
 
 use super::expiry::{FileFacts, Verdict, belongs, now_secs};
-use super::lock::ExclusiveGuard;
+use super::lock::{ExclusiveGuard, Victims};
 use super::{Sidecar, Store, StoreError, SweepReport, is_absent, open_at};
 use crate::names::Name;
 
@@ -146,10 +146,12 @@ impl Store {
         }
     }
 
-    /// Unlinks a name's sidecar and file; the kept totals (`total.rs`) lose the file after
-    /// the unlinks.
-    pub(super) fn remove_pair(&self, name: &Name, lock: &ExclusiveGuard) {
+    /// Unlinks a name's sidecar and file, both kept open in `victims` so that they are freed
+    /// once the lock is let go; the kept totals (`total.rs`) lose the file after the unlinks.
+    pub(super) fn remove_pair(&self, name: &Name, lock: &ExclusiveGuard, victims: &mut Victims) {
         let size = self.stored_size_of(name);
+        victims.keep(&self.meta_fd, name.sidecar_file_name());
+        victims.keep(&self.root_fd, name.as_str());
         let _ = rustix::fs::unlinkat(&self.meta_fd, name.sidecar_file_name(), AtFlags::empty());
         let gone = rustix::fs::unlinkat(&self.root_fd, name.as_str(), AtFlags::empty()).is_ok();
         if gone && let Some(size) = size {

@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{AtFlags, OFlags};
 use sha2::{Digest, Sha256};
 
-use super::lock::SharedGuard;
+use super::lock::{SharedGuard, Victims};
 use super::{PART_SUFFIX, Sidecar, Store, StoreError, open_at, pause_point};
 use crate::names::Name;
 
@@ -232,10 +232,14 @@ impl Upload {
         // The new pair's deadline: its mtime is its depot time.
         store.file_entry(name, store.lifetimes.shortest_from(sidecar.depot_timestamp))?;
         pause_point("apres-entree-index");
+        // Before the guard: the pair this one replaces is freed after the lock is let go.
+        let mut victims = Victims::default();
         let lock = store.lock_exclusive()?;
         let (lock, pending) = store.before_publication(name, self.written, lock)?;
-        pause_point("avant-renommage");
         let sc_name = name.sidecar_file_name();
+        victims.keep(&store.meta_fd, &sc_name);
+        victims.keep(&store.root_fd, name.as_str());
+        pause_point("avant-renommage");
         rustix::fs::renameat(&self.tmp_fd, &self.sidecar_part, &store.meta_fd, &sc_name)?;
         pause_point("entre-renommages");
         rustix::fs::renameat(&self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;

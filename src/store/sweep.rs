@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use rustix::fs::{AtFlags, OFlags, StatxFlags};
 
 use super::expiry::{Verdict, now_secs};
-use super::lock::ExclusiveGuard;
+use super::lock::{ExclusiveGuard, Victims};
 use super::{
     ALIAS_LIFE_SECS, ALIAS_PREFIX, PART_SUFFIX, SWEEP_MARKER, Store, list_names, list_stored_names,
     open_at, stat_entry,
@@ -259,10 +259,12 @@ impl Store {
         now: i64,
         report: &mut SweepReport,
     ) -> io::Result<Verdict> {
+        // Before the guard: the removed pair's inodes are freed after the lock is let go.
+        let mut victims = Victims::default();
         let lock = self.lock_exclusive()?;
         let (verdict, had_sidecar, had_file) = self.verdict(name, now, &lock);
         if verdict == Verdict::Remove {
-            self.remove_pair(name, &lock);
+            self.remove_pair(name, &lock, &mut victims);
             if had_file && had_sidecar {
                 report.removed_files.push(name.as_str().to_string());
             } else {

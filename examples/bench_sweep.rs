@@ -6,12 +6,9 @@
 
 use std::time::Instant;
 
-#[path = "../tests/common/config.rs"]
-mod test_config;
-
 use depot_fichiers::names::Name;
 use depot_fichiers::store::Store;
-use test_config::TestConfig;
+use depot_test_support::config::TestConfig;
 
 fn main() {
     let base = std::env::args().nth(1).map(std::path::PathBuf::from);

@@ -5,8 +5,6 @@
 //! property is violated; its return value is the outcome signature that guides the harness.
 
 mod harness;
-#[path = "../tests/common/config.rs"]
-mod test_config;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -23,9 +21,9 @@ use depot_fichiers::mcp::protocol::{self, Ctx, McpHeaders, Reply};
 use depot_fichiers::mcp::tool::{FileOutcome, Mode, ToolCtx};
 use depot_fichiers::names::{self, MAX_NAME_BYTES, Name};
 use depot_fichiers::router;
+use depot_test_support::config::TestConfig;
 use harness::{Target, fuzz};
 use serde_json::Value;
-use test_config::TestConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";

@@ -4,7 +4,7 @@
 //! for at the next request of any kind, the sidecar, a client that disconnects mid-upload, and
 //! the downloads a long-lived process answers without the store lock or removes afterwards.
 
-mod common;
+use depot_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

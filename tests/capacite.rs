@@ -21,7 +21,7 @@
 //! (docs/GARANTIES.md): each snapshot is one state of the store, never half of a replacement or
 //! a deletion followed by a publication.
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,11 +1,11 @@
 //! `check-config` on a store shared through JuiceFS (docs/DEPLOIEMENT.md, « Plusieurs
-//! serveurs »), against real mounts of one private volume (`tests/common/juicefs.rs`): a
+//! serveurs »), against real mounts of one private volume (`tests/support/src/juicefs.rs`): a
 //! warning on stderr that `dossier_fichiers` is on a FUSE filesystem, and, read from the
 //! mount's own `.config`, one warning per unsafe setting (caches not at 0, heartbeat, trash at
 //! 0 days, the volume's root as the store); none on a local folder. Exit status 0 throughout:
 //! these are warnings, the configuration is valid.
 
-mod common;
+use depot_test_support as common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

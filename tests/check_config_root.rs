@@ -7,7 +7,7 @@
 //! - `0640` is accepted silently; readable by others, or writable by the group, warns (by
 //!   `check-config`, and in the log each time a serving process starts: under CGI, each request).
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

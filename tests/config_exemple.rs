@@ -3,7 +3,7 @@
 //! `check-config`, naming the key; the example domain draws a warning (stderr of `check-config`,
 //! the log at start-up) and nothing more.
 
-mod common;
+use depot_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -4,7 +4,7 @@
 //! They need apache2, libapache2-mod-fcgid, nginx, spawn-fcgi, curl and openssl: `tests/run`
 //! installs them. They never skip themselves.
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::process::Command;

@@ -9,7 +9,7 @@
 //! Capabilities are secrets: they are registered with the secrets audit and never printed in
 //! full by these tests.
 
-mod common;
+use depot_test_support as common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

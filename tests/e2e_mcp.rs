@@ -5,7 +5,7 @@
 //! The canonical resource URL is configured explicitly (`mcp_resource_url`), as behind a front
 //! that publishes the service under its own name: tokens are minted for that audience.
 
-mod common;
+use depot_test_support as common;
 
 use std::path::PathBuf;
 use std::process::Command;

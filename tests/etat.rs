@@ -9,7 +9,7 @@
 //!   and of the log folder are the same after it, with `--compter` too, also on a store whose
 //!   `.tmp/` does not exist yet and when nothing exists at all.
 
-mod common;
+use depot_test_support as common;
 
 use std::collections::BTreeMap;
 use std::fs;

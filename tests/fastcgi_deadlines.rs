@@ -9,7 +9,7 @@
 //! core that decides them (`src/fastcgi/connection/tests.rs`), which both of the binary's drivers
 //! follow. No assertion is made on a duration: only on what happens.
 
-mod common;
+use depot_test_support as common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

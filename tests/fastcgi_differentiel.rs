@@ -8,7 +8,7 @@
 //! each answer before sending the next request): every request of it is answered, whatever the
 //! path the first one took.
 
-mod common;
+use depot_test_support as common;
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;

@@ -2,7 +2,7 @@
 //! listening sockets, mod_fcgid's or another launcher's, CGI, neither), `--listen unix:`, SIGTERM (exit 0, idle or with a request in
 //! flight), and stdout staying silent in FastCGI mode.
 
-mod common;
+use depot_test_support as common;
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;

@@ -2,7 +2,7 @@
 //! requests, KEEP_CONN, management records, multiplexing refusal, aborts, large and early-answered
 //! bodies, vanishing clients and malformed input.
 
-mod common;
+use depot_test_support as common;
 
 use std::rc::Rc;
 use std::sync::mpsc;

@@ -4,7 +4,7 @@
 //! their request, never keep another client waiting for their deadlines (10 s for a new
 //! connection without a request, 60 s for a request received too slowly).
 
-mod common;
+use depot_test_support as common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -12,7 +12,7 @@ use depot_fichiers::http::{Body, Params, Request, Response, write_response};
 use depot_fichiers::router;
 use serde_json::Value;
 
-mod common;
+use depot_test_support as common;
 
 use common::answer::Answer;
 use common::audit;

@@ -9,7 +9,7 @@
 //! `common::binary_for_old_hosts` (under `tests/run`, the build for glibc ≥ 2.17). At the end
 //! the account's processes are stopped by their pid, the account and its site removed.
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

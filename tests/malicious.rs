@@ -3,7 +3,7 @@
 //! errors close the connection). After every row the process must still be running and answer a
 //! normal request; at the end its peak memory must stay small.
 
-mod common;
+use depot_test_support as common;
 
 use std::path::PathBuf;
 use std::process::Command;

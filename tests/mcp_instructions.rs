@@ -2,7 +2,7 @@
 //! (`--listen unix:…`) configured with other durations than the defaults, a real introspection
 //! server, and both eras (`initialize`, `server/discover`).
 
-mod common;
+use depot_test_support as common;
 
 use common::ListenWithIntrospection;
 use common::fcgi::FcgiClient;

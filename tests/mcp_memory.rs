@@ -7,7 +7,7 @@
 //! A memory or descriptor bound is a correctness property (documented in docs/GARANTIES.md), not
 //! a timing.
 
-mod common;
+use depot_test_support as common;
 
 use base64::Engine;
 use common::ListenWithIntrospection;

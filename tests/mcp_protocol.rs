@@ -2,7 +2,7 @@
 //! the real introspection test server, and every exchange of specification §6 checked field by
 //! field.
 
-mod common;
+use depot_test_support as common;
 
 use std::time::Duration;
 

@@ -1,9 +1,9 @@
 //! Several nodes sharing one store on JuiceFS (docs/DEPLOIEMENT.md, "Plusieurs
 //! serveurs"): one private JuiceFS volume mounted twice on this machine (two clients = two
-//! nodes, `tests/common/juicefs.rs`, with the mount options the store requires), one instance
+//! nodes, `tests/support/src/juicefs.rs`, with the mount options the store requires), one instance
 //! of the real program per mount (`--listen tcp:127.0.0.1:…`, FastCGI), `dossier_fichiers` in
 //! the same sub-folder `depot/` of each mount, and the concurrency stress of `tests/stress.rs`
-//! (`tests/common/stress.rs`) spread over both nodes: uploads of the same names on both, whole
+//! (`tests/support/src/stress.rs`) spread over both nodes: uploads of the same names on both, whole
 //! and Range downloads and MCP base64 reads on both, 1–2 s delays, sweeps all the time.
 //!
 //! Checked, beyond the invariants of `tests/stress.rs` (no torn or foreign body, no stale
@@ -15,7 +15,7 @@
 //! `DEPOT_MULTINOEUD_SECONDES` (30) sets the duration, `DEPOT_MULTINOEUD_CLIENTS` (8) the number
 //! of client threads.
 
-mod common;
+use depot_test_support as common;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 //! name is one name whatever its Unicode form, the store's reserved names whatever their case
 //! (d).
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::process::Command;

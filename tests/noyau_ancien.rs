@@ -5,7 +5,7 @@
 //! back to `fstatat` (no birth time) and std to its own fallbacks. The program is
 //! `common::binary_for_old_hosts` (under `tests/run`, the build for glibc ≥ 2.17).
 
-mod common;
+use depot_test_support as common;
 
 use std::io::Write;
 use std::path::Path;

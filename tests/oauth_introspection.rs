@@ -1,8 +1,8 @@
-//! The OAuth check against a real introspection server (`tests/common/introspection.rs`): what is
+//! The OAuth check against a real introspection server (`tests/support/src/introspection.rs`): what is
 //! sent, what is accepted, what is refused and logged, the delay, an unreachable server; and,
 //! through Apache with mod_fcgid, what a flood of bearers costs the authorization server.
 
-mod common;
+use depot_test_support as common;
 
 use common::audit;
 use common::config::{TOKEN, TestConfig};

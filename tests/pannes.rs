@@ -15,7 +15,7 @@
 //! The tmpfs cases need root (CI runs `tests/run` as root): without it they fail, saying so.
 //! Without the feature (`cargo test` alone), the crash test builds a binary with it.
 
-mod common;
+use depot_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,7 +12,7 @@
 //!   proxy that cuts connections at random points: byte-identical on download, and the memory of
 //!   every process of the pool bounded.
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::sync::Arc;

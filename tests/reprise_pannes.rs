@@ -11,7 +11,7 @@
 //!   every upload ends acknowledged, every acknowledged upload is served byte for byte, nothing
 //!   is left half-written, and the kept total never falls below what the store holds.
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::sync::Arc;

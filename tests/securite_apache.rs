@@ -5,7 +5,7 @@
 //! Needs the feature `injection-pannes` (a pause point in the download; `tests/run` builds with
 //! it) and apache2, libapache2-mod-fcgid, libapache2-mod-xsendfile (installed by `tests/run`).
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! start-up when the configuration file is readable by others, and what a refused upload's body
 //! costs under CGI.
 
-mod common;
+use depot_test_support as common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -4,7 +4,7 @@
 //! `--listen` process whose folders or files are swapped for symbolic links afterwards neither
 //! writes nor deletes anything outside the store.
 
-mod common;
+use depot_test_support as common;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -3,7 +3,7 @@
 //! downloads and MCP base64 reads, while 1–2 s delays and `balayage_intervalle_min_ms = 0` make
 //! the sweeps delete files all the time. Run twice:
 //! - `stress_fastcgi_processes`: several processes of the binary (`--listen unix:`) sharing one
-//!   store, the clients spread across them (FastCGI client of `tests/common/fcgi.rs`);
+//!   store, the clients spread across them (FastCGI client of `tests/support/src/fcgi.rs`);
 //! - `stress_apache_fcgid`: through a private Apache with mod_fcgid (several processes).
 //!
 //! Invariants checked on every response, then on the whole history once the run is over:
@@ -21,7 +21,7 @@
 //!
 //! The counts are printed (straight to stderr, visible without `--nocapture`).
 
-mod common;
+use depot_test_support as common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

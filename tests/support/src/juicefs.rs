@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use super::{Guard, free_port, repo, wait_port};
+use crate::{Guard, free_port, repo, wait_port};
 
 /// The `juicefs mount` options the store requires: no kernel or client cache of entries,
 /// attributes or negative lookups (a stale cache made a node delete a fresh upload),

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::fcgi::FcgiClient;
-use super::introspection as intro;
-use super::{bytes, entries, multipart_file};
+use crate::fcgi::FcgiClient;
+use crate::introspection as intro;
+use crate::{bytes, entries, multipart_file};
 
 /// Names shared by all clients (one with a space, one non-ASCII). The last [`RARE`] are seldom
 /// uploaded but often read: they expire by age while being read, so expiry is exercised too.
@@ -88,7 +88,7 @@ pub fn stress_config(introspection_url: &str) -> Vec<(&'static str, String)> {
 // ------------------------------------------------------------------------------------------------
 // Transport: FastCGI to several processes, or HTTP/1.0 to Apache.
 
-pub use super::answer::Answer;
+pub use crate::answer::Answer;
 
 pub struct Req {
     pub method: &'static str,

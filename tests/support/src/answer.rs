@@ -1,5 +1,4 @@
 //! The one answer type of the tests: a status, headers in order, and the whole body.
-#![allow(dead_code)]
 
 use depot_fichiers::http::{Response, ResponseBody};
 use serde_json::Value;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Guard, State, as_run_user, common_block, fill, free_port, is_root, repo, wait_port};
+use crate::{Guard, State, as_run_user, common_block, fill, free_port, is_root, repo, wait_port};
 
 pub struct Nginx {
     // Drop order: nginx, then the FastCGI program, then the folder.

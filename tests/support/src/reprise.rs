@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use sha2::{Digest, Sha256};
 
-use super::{Reply, State, curl};
+use crate::{Reply, State, curl};
 
 /// `Authorization: Bearer <token>`.
 pub fn auth(state: &State) -> String {
@@ -158,7 +158,7 @@ pub fn big_file(path: &Path, len: u64, seed: u64) {
     let mut left = len;
     let mut n = 0u64;
     while left > 0 {
-        let chunk = super::bytes(left.min(1 << 20) as usize, seed ^ n);
+        let chunk = crate::bytes(left.min(1 << 20) as usize, seed ^ n);
         f.write_all(&chunk).unwrap();
         left -= chunk.len() as u64;
         n += 1;
@@ -337,7 +337,7 @@ pub fn resumable_entries(files: &Path) -> Vec<String> {
     if !d.exists() {
         return Vec::new();
     }
-    super::entries(&d)
+    crate::entries(&d)
 }
 
 /// A path in `.tmp/reprises` for the upload resource `url`.

@@ -8,8 +8,6 @@
 //! and joined; connection threads end on their own, the slowest after [`SLOW_SECONDS`]). Used by
 //! the integration tests under `tests/`.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,16 +1,16 @@
-//! Helpers shared by the integration tests: `fcgi` is a synchronous FastCGI client, `server`
-//! starts the project's FastCGI server on a Unix socket in a temporary directory; `apache` and
-//! `nginx` are the end-to-end fixtures; `juicefs` mounts one private JuiceFS volume twice (two
-//! nodes); `stress` is the concurrency stress of `tests/stress.rs` and `tests/multinoeud.rs`;
-//! `config` builds every test configuration, `answer` is the one answer type, `introspection` a
-//! real OAuth introspection server, `audit` the secrets audit. Also here, the shared pieces of the
-//! end-to-end tests: the state folder (config, binary copy, files/, log/), template filling shared
-//! with `apache/demo`, free ports, child processes that stop by themselves, and a small `curl`
-//! wrapper.
+//! Helpers shared by the integration tests (crate `depot-test-support`, a dev-dependency of
+//! `depot-fichiers`, compiled once for every test binary; the tests name it `common`): `fcgi` is
+//! a synchronous FastCGI client, `server` starts the project's FastCGI server on a Unix socket in
+//! a temporary directory; `apache` and `nginx` are the end-to-end fixtures; `juicefs` mounts one
+//! private JuiceFS volume twice (two nodes); `stress` is the concurrency stress of
+//! `tests/stress.rs` and `tests/multinoeud.rs`; `config` builds every test configuration,
+//! `answer` is the one answer type, `introspection` a real OAuth introspection server, `audit`
+//! the secrets audit. Also here, the shared pieces of the end-to-end tests: the state folder
+//! (config, binary copy, files/, log/), template filling shared with `apache/demo`, free ports,
+//! child processes that stop by themselves, and a small `curl` wrapper.
 //!
 //! Every server started here binds 127.0.0.1 only, is a child of the test process (or of a child
 //! we own), and is stopped on `Drop` (plus `PR_SET_PDEATHSIG` where the credentials allow it).
-#![allow(dead_code)]
 
 pub mod answer;
 pub mod apache;
@@ -59,14 +59,40 @@ pub fn wait_stopped(pid: i32, within: Duration, out: &Path) {
     }
 }
 
-/// Root of the repository (where `apache/` and `Cargo.toml` live).
+/// Root of the repository (where `apache/` and `Cargo.toml` live): two levels above this
+/// crate's `tests/support`.
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let support = Path::new(env!("CARGO_MANIFEST_DIR"));
+    support.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-/// The binary under test, as built by Cargo for this test run.
+/// The binary under test, as built by Cargo for this test run: `CARGO_BIN_EXE_depot-fichiers`
+/// when Cargo sets it at run time (Cargo ≥ 1.94), else next to the running test executable's
+/// `deps/` folder (`<target>/<profile>/deps/<test>` → `<target>/<profile>/depot-fichiers`).
+/// Only an integration test of `depot-fichiers` sees that variable at build time, not this crate.
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_depot-fichiers"))
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let bin = match std::env::var_os("CARGO_BIN_EXE_depot-fichiers") {
+                Some(p) if !p.is_empty() => PathBuf::from(p),
+                _ => {
+                    let exe = std::env::current_exe().expect("current_exe");
+                    let profile = exe
+                        .parent()
+                        .and_then(Path::parent)
+                        .expect("<profile>/deps/");
+                    profile.join("depot-fichiers")
+                }
+            };
+            assert!(
+                bin.is_file(),
+                "binary under test missing: {}",
+                bin.display()
+            );
+            bin
+        })
+        .clone()
 }
 
 /// The build for older hosts (glibc ≥ 2.17) that `tests/run` makes and names in

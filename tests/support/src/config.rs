@@ -3,9 +3,7 @@
 //! [`TestConfig::new`] holds the keys every test needs (token, folders under the root, URLs, OAuth
 //! client); each test changes or adds keys with [`TestConfig::set`] or [`TestConfig::extra`], then
 //! parses the text ([`TestConfig::parse`]) or writes it for the binary ([`TestConfig::write`]).
-//! Self-contained (no other helper of `tests/common/`), so `examples/` can include it with
-//! `#[path]`.
-#![allow(dead_code)]
+//! Self-contained (no other helper of this crate): `examples/` and `fuzz/` use it too.
 
 use std::path::Path;
 

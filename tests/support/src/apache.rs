@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Guard, State, as_run_user, common_block, fill, free_port, repo, wait_port};
+use crate::{Guard, State, as_run_user, common_block, fill, free_port, repo, wait_port};
 
 /// How Apache reaches the binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

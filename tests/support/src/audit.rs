@@ -10,7 +10,6 @@
 //! `tests/audit-secrets`, run by `tests/run` after `cargo test`, fails if any secret appears in
 //! full in any of these files. Nothing here ever fails a test: auditing is best effort and the
 //! checker decides.
-#![allow(dead_code)]
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::answer::Answer;
+use crate::answer::Answer;
 
 pub const BEGIN_REQUEST: u8 = 1;
 pub const ABORT_REQUEST: u8 = 2;
@@ -320,8 +320,8 @@ impl FcgiClient {
             }
         }
         parse_cgi_output(&stdout, &mut resp.answer);
-        super::audit::body("fastcgi", resp.status, &resp.body);
-        super::audit::stderr("fastcgi", &resp.stderr);
+        crate::audit::body("fastcgi", resp.status, &resp.body);
+        crate::audit::stderr("fastcgi", &resp.stderr);
         Ok(resp)
     }
 

@@ -12,7 +12,8 @@
 //! checks and counts before a refusal run among the publications and removals: the kept total,
 //! read with each snapshot, is never below what the store holds.
 //!
-//! Also here: files taken out of the store by hand, through Apache and mod_fcgid — a 507 is
+//! Also here (feature `system-tests`): files taken out of the store by hand, through Apache and
+//! mod_fcgid — a 507 is
 //! answered only after the store was counted, the housekeeping puts the total right by itself,
 //! and a capacity set on a store that lived needs no count.
 //!
@@ -243,6 +244,7 @@ fn concurrent_uploads_in_two_processes_never_exceed_the_capacity() {
 }
 
 /// `(status, erreur)` of an upload of `len` bytes named `name` through the web server.
+#[cfg(feature = "system-tests")]
 fn upload_http(state: &common::State, name: &str, len: usize) -> (u16, String) {
     let (_d, path) = common::local_file(name, &common::bytes(len, len as u64));
     let r = common::upload(state, &path);
@@ -254,6 +256,7 @@ fn upload_http(state: &common::State, name: &str, len: usize) -> (u16, String) {
 }
 
 /// Removes a stored file and its sidecar by hand, as an operator's `rm` would.
+#[cfg(feature = "system-tests")]
 fn remove_by_hand(state: &common::State, name: &str) {
     fs::remove_file(state.files().join(name)).unwrap();
     fs::remove_file(state.sidecar(name)).unwrap();
@@ -263,6 +266,7 @@ fn remove_by_hand(state: &common::State, name: &str) {
 /// total would refuse counts the store first (once the last check is a minute old) and is
 /// stored; a refusal that a count confirms stays; the housekeeping puts the kept total right by
 /// itself once its check period has passed, and says so in the log.
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_507_is_answered_only_when_the_store_is_full() {
     let apache = common::apache::Apache::with(

@@ -4,7 +4,8 @@
 //! - What it says: the kept files and bytes against the capacity, the gap a count finds, the
 //!   lag of the expiry index, the last errors of the log, a store lock held too long; its exit
 //!   code (0, 1, 2, 3);
-//! - as root, it reads as the account that owns the store, as `check-config` checks;
+//! - as root, it reads as the account that owns the store, as `check-config` checks (feature
+//!   `system-tests`: root);
 //! - it never writes: every path, size, mode, owner, link count, mtime and ctime of the store
 //!   and of the log folder are the same after it, with `--compter` too, also on a store whose
 //!   `.tmp/` does not exist yet and when nothing exists at all.
@@ -588,6 +589,7 @@ fn etat_never_writes() {
     assert!(!files.exists());
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn as_root_etat_reads_as_the_stores_owner() {
     assert!(

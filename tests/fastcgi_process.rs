@@ -30,8 +30,16 @@ fn echo_bin() -> PathBuf {
         if dir.ends_with("release") {
             build.arg("--release");
         }
-        if cfg!(feature = "injection-pannes") {
-            build.args(["--features", "injection-pannes"]);
+        // The features of this run, so that the library is not rebuilt with others.
+        let features: Vec<&str> = [
+            ("injection-pannes", cfg!(feature = "injection-pannes")),
+            ("system-tests", cfg!(feature = "system-tests")),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+        if !features.is_empty() {
+            build.args(["--features", &features.join(",")]);
         }
         let status = build
             .current_dir(env!("CARGO_MANIFEST_DIR"))

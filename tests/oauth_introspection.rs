@@ -313,12 +313,15 @@ fn header_problems_never_reach_the_network() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Through Apache and mod_fcgid: many processes share the store's bookkeeping.
+// Through Apache and mod_fcgid (feature `system-tests`): many processes share the store's
+// bookkeeping.
 // ---------------------------------------------------------------------------------------------
 
+#[cfg(feature = "system-tests")]
 const RESOURCE: &str = "https://depot.example.org/mcp.php";
 
 /// A private Apache with mod_fcgid whose binary introspects at `idp`.
+#[cfg(feature = "system-tests")]
 fn apache_with(idp: &IntrospectionServer) -> common::apache::Apache {
     let q = |s: &str| toml::Value::String(s.to_string()).to_string();
     common::apache::Apache::with(
@@ -334,6 +337,7 @@ fn apache_with(idp: &IntrospectionServer) -> common::apache::Apache {
 }
 
 /// `tools/list` on `/mcp.php` with `bearer`.
+#[cfg(feature = "system-tests")]
 fn mcp_with(a: &common::apache::Apache, bearer: &str) -> common::Reply {
     common::curl(&[
         "-X",
@@ -351,6 +355,7 @@ fn mcp_with(a: &common::apache::Apache, bearer: &str) -> common::Reply {
 }
 
 /// The usual refusal of a bad bearer: 401 with the `invalid_token` challenge.
+#[cfg(feature = "system-tests")]
 fn assert_invalid_token(r: &common::Reply, what: &str) {
     assert_eq!(r.status, 401, "{what}: {}", r.text());
     let challenge = r.header("www-authenticate").unwrap_or_default();
@@ -362,6 +367,7 @@ fn assert_invalid_token(r: &common::Reply, what: &str) {
 }
 
 /// One request per bearer of `bearers`, `parallel` at a time: the answers.
+#[cfg(feature = "system-tests")]
 fn flood(a: &common::apache::Apache, bearers: &[String], parallel: usize) -> Vec<common::Reply> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let answers = std::sync::Mutex::new(Vec::new());
@@ -385,6 +391,7 @@ fn flood(a: &common::apache::Apache, bearers: &[String], parallel: usize) -> Vec
 /// 5-second window, at most two around a window's edge), not 200. A bearer that then becomes
 /// valid is accepted once the last refusal is 5 s old (asked again, not remembered), and a
 /// valid bearer is asked about at every use: revoked, it is refused at its next request.
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_flood_of_one_bad_bearer_costs_a_handful_of_introspections() {
     let idp = IntrospectionServer::start(RESOURCE);
@@ -458,6 +465,7 @@ fn a_flood_of_one_bad_bearer_costs_a_handful_of_introspections() {
 /// processes are never more than four at once at the authorization server. Each request gets
 /// the usual 401, or, when no place came within its wait, 503 with `Retry-After` and no
 /// challenge (the caller's token is not at fault).
+#[cfg(feature = "system-tests")]
 #[test]
 fn calls_in_flight_to_the_authorization_server_are_bounded() {
     let idp = IntrospectionServer::start(RESOURCE);

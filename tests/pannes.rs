@@ -12,7 +12,8 @@
 //! - the authorization server down, slow, or answering garbage → 503 + `Retry-After`, no
 //!   `WWW-Authenticate`, within `oauth_delai_max_secondes`.
 //!
-//! The tmpfs cases need root (CI runs `tests/run` as root): without it they fail, saying so.
+//! The tmpfs cases need root (CI runs `tests/run` as root): they are built with the feature
+//! `system-tests` only, and without root they fail, saying so.
 //! Without the feature (`cargo test` alone), the crash test builds a binary with it.
 
 use depot_test_support as common;
@@ -23,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use common::fcgi::{FcgiClient, FcgiResponse, ROLE_RESPONDER};
 use common::introspection::{self as intro, IntrospectionServer};
-use common::{Guard, State, bytes, free_port, is_root};
+#[cfg(feature = "system-tests")]
+use common::is_root;
+use common::{Guard, State, bytes, free_port};
 
 const RESOURCE: &str = "https://depot.test/mcp.php";
 
@@ -557,8 +560,10 @@ fn client_disconnects_mid_upload_and_mid_download() {
 }
 
 /// A tmpfs mounted on `dir`, unmounted on drop.
+#[cfg(feature = "system-tests")]
 struct Mount(PathBuf);
 
+#[cfg(feature = "system-tests")]
 impl Mount {
     fn tmpfs(dir: &Path, size: &str) -> Mount {
         assert!(
@@ -589,12 +594,14 @@ impl Mount {
     }
 }
 
+#[cfg(feature = "system-tests")]
 impl Drop for Mount {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn full_disk_answers_507_and_leaves_nothing() {
     let state = State::new(free_port(), &[("balayage_intervalle_min_ms", "0")]);
@@ -613,6 +620,7 @@ fn full_disk_answers_507_and_leaves_nothing() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn read_only_store_answers_500_and_logs() {
     // With a sweep interval (the default) a process keeps the sweep marker open between
@@ -622,6 +630,7 @@ fn read_only_store_answers_500_and_logs() {
     }
 }
 
+#[cfg(feature = "system-tests")]
 fn read_only_store_answers_500_and_logs_with(interval: &str) {
     let state = State::new(free_port(), &[("balayage_intervalle_min_ms", interval)]);
     let m = Mount::tmpfs(&state.files(), "4m");
@@ -653,6 +662,7 @@ fn read_only_store_answers_500_and_logs_with(interval: &str) {
     assert!(p.guard.child.try_wait().unwrap().is_none());
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
     let state = State::new(free_port(), &[]);

@@ -2,7 +2,7 @@
 //! options smuggled in argv through an `=`-less query string, a proxy smuggled in the environment
 //! (httpoxy), and request bodies that arrive faster than they are parsed. Both directly (the
 //! binary with a hostile argv and environment, body from a pipe) and through a real Apache under
-//! mod_cgid and mod_cgi (`systemd-free/depot-fichiers-cgi.conf`). Also: the warning logged at
+//! mod_cgid and mod_cgi (`systemd-free/depot-fichiers-cgi.conf`; feature `system-tests`). Also: the warning logged at
 //! start-up when the configuration file is readable by others, and what a refused upload's body
 //! costs under CGI.
 
@@ -16,10 +16,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+#[cfg(feature = "system-tests")]
 use common::apache::{Apache, Mode};
 use common::config::TestConfig;
+#[cfg(feature = "system-tests")]
+use common::curl;
+use common::free_port;
 use common::introspection::{self, IntrospectionServer};
-use common::{curl, free_port};
 
 const TOKEN: &str = "5b9e0c7a1d3f5e7b9a0c2e4f6a8b0d2f4e6a8c0b2d4f6e8a";
 const RESOURCE: &str = "https://depot.example.org/mcp.php";
@@ -505,10 +508,11 @@ fn uploads_fed_from_a_pipe_at_full_speed_are_stored_whole() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Through a real Apache.
+// Through a real Apache (feature `system-tests`).
 // ---------------------------------------------------------------------------------------------
 
 /// The attacks, as HTTP requests.
+#[cfg(feature = "system-tests")]
 fn query_string_attacks(mode: Mode) {
     let a = Apache::with(mode, &[("balayage_intervalle_min_ms", "0")]);
     let conf = std::fs::read_to_string(a.state.root.join("apache.conf")).unwrap();
@@ -570,16 +574,19 @@ fn query_string_attacks(mode: Mode) {
     }
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn query_string_options_are_ignored_under_mod_cgid() {
     query_string_attacks(Mode::Cgi);
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn query_string_options_are_ignored_under_mod_cgi() {
     query_string_attacks(Mode::ModCgi);
 }
 
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_proxy_header_does_not_reach_the_introspection_under_mod_cgid() {
     let idp = IntrospectionServer::start(RESOURCE);
@@ -616,6 +623,7 @@ fn a_proxy_header_does_not_reach_the_introspection_under_mod_cgid() {
 }
 
 /// One HTTP/1.1 answer read from `s`: status line and headers, then `Content-Length` bytes.
+#[cfg(feature = "system-tests")]
 fn read_answer(s: &mut TcpStream) -> (u16, String, Vec<u8>) {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -650,6 +658,7 @@ fn read_answer(s: &mut TcpStream) -> (u16, String, Vec<u8>) {
 /// and the site's error log stays clean. (Answering without reading did not answer any
 /// earlier: Apache kept taking the body from the client, and logged "AH02651: Error writing
 /// request body to script" for every refusal.) Under mod_cgid and under mod_cgi.
+#[cfg(feature = "system-tests")]
 #[test]
 fn a_refused_cgi_upload_is_answered_after_its_body_and_keeps_the_connection() {
     const LEN: usize = 8 * MIB;

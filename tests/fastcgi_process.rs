@@ -41,6 +41,25 @@ fn echo_bin() -> PathBuf {
         if !features.is_empty() {
             build.args(["--features", &features.join(",")]);
         }
+        // Without the variables Cargo sets for a test it runs: a build script that watches one of
+        // them (ring's watches CARGO_MANIFEST_DIR) would otherwise run again, and everything above
+        // it be rebuilt, here and at the next `cargo test`.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_PKG_")
+                || key.starts_with("CARGO_BIN_EXE_")
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                ]
+                .contains(&key.as_ref())
+            {
+                build.env_remove(key.as_ref());
+            }
+        }
         let status = build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()

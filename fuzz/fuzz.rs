@@ -1,8 +1,9 @@
 //! Fuzz targets, run on stable Rust by `cargo test --test fuzz` (see `fuzz/README.md`).
 //!
-//! Each `#[test]` fuzzes one target for `DEPOT_FUZZ_SECONDS` (default 8) starting from the seeds
-//! committed in `fuzz/corpus/<target>/`; the harness is in `harness.rs`. A target panics when a
-//! property is violated; its return value is the outcome signature that guides the harness.
+//! Each `#[test]` fuzzes one target for `DEPOT_FUZZ_SECONDS` (default 2, enough for a plain
+//! `cargo test`; `tests/run` gives 8) starting from the seeds committed in
+//! `fuzz/corpus/<target>/`; the harness is in `harness.rs`. A target panics when a property is
+//! violated; its return value is the outcome signature that guides the harness.
 
 mod harness;
 

@@ -18,9 +18,10 @@
 //! longer than [`HANG_LIMIT`] (a hang is a bug too), after writing the input to
 //! `target/fuzz-crashes/<target>/hang-<hash>`.
 //!
-//! Environment: `DEPOT_FUZZ_SECONDS` (budget per target, default 8), `DEPOT_FUZZ_SEED` (the RNG
-//! seed, default: from the clock; always printed), `DEPOT_FUZZ_SAVE=1` (write every new-outcome
-//! input to `target/fuzz-found/<target>/`, to grow the committed corpus by hand).
+//! Environment: `DEPOT_FUZZ_SECONDS` (budget per target, default 2; `tests/run` gives 8),
+//! `DEPOT_FUZZ_SEED` (the RNG seed, default: from the clock; always printed), `DEPOT_FUZZ_SAVE=1`
+//! (write every new-outcome input to `target/fuzz-found/<target>/`, to grow the committed corpus
+//! by hand).
 
 use std::collections::HashSet;
 use std::fs;
@@ -256,7 +257,7 @@ fn budget() -> Duration {
     let secs: f64 = std::env::var("DEPOT_FUZZ_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(8.0);
+        .unwrap_or(2.0);
     Duration::from_secs_f64(secs.max(0.0))
 }
 

@@ -90,6 +90,8 @@ pub(super) enum Waiting {
     Polling,
 }
 
+/// After its deadline, the timer of a blocking wait fires again this often, until the wait sees it.
+const REFIRE: Duration = Duration::from_millis(5);
 /// First and longest sleep between two attempts to take the lock while [`Waiting::Polling`].
 const FIRST_SLEEP: Duration = Duration::from_millis(1);
 const MAX_SLEEP: Duration = Duration::from_millis(50);
@@ -189,7 +191,10 @@ pub(super) fn lock_exclusive_within(
     }
 }
 
-/// A blocking `flock` interrupted after `wait`: `Ok(false)` when the wait ran out.
+/// A blocking `flock` interrupted after `wait`: `Ok(false)` when the wait ran out. The timer
+/// fires at the deadline and then every [`REFIRE`]: a signal that arrives before the `flock`
+/// starts (the thread preempted after arming it, or a wait of almost nothing) only runs the
+/// handler, and the next one interrupts the wait.
 fn wait_for_lock(file: &File, kind: Kind, wait: Duration) -> io::Result<bool> {
     use nix::sys::signal::{SigEvent, SigevNotify, Signal};
     use nix::sys::timer::{Expiration, Timer, TimerSetTimeFlags};
@@ -197,6 +202,7 @@ fn wait_for_lock(file: &File, kind: Kind, wait: Duration) -> io::Result<bool> {
     use rustix::fs::FlockOperation;
 
     install_alarm_handler()?;
+    let deadline = Instant::now() + wait;
     let mut timer = Timer::new(
         ClockId::CLOCK_MONOTONIC,
         SigEvent::new(SigevNotify::SigevThreadId {
@@ -206,7 +212,7 @@ fn wait_for_lock(file: &File, kind: Kind, wait: Duration) -> io::Result<bool> {
         }),
     )?;
     timer.set(
-        Expiration::OneShot(wait.max(Duration::from_micros(1)).into()),
+        Expiration::IntervalDelayed(wait.max(Duration::from_micros(1)).into(), REFIRE.into()),
         TimerSetTimeFlags::empty(),
     )?;
     let operation = match kind {
@@ -216,9 +222,8 @@ fn wait_for_lock(file: &File, kind: Kind, wait: Duration) -> io::Result<bool> {
     loop {
         match rustix::fs::flock(file, operation) {
             Ok(()) => return Ok(true),
-            // Our timer, once expired, is disarmed: any other signal only interrupts a wait
-            // that goes on.
-            Err(rustix::io::Errno::INTR) if timer.get()?.is_none() => return Ok(false),
+            // Our timer, or another signal: the wait goes on until the deadline.
+            Err(rustix::io::Errno::INTR) if Instant::now() >= deadline => return Ok(false),
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
@@ -365,5 +370,39 @@ mod tests {
             drop(waiter);
             acquire(&other, Kind::Shared, &outage, waiting).unwrap();
         }
+    }
+
+    /// A deadline that passes before the blocking `flock` starts (the thread preempted after
+    /// arming its timer, or a wait of almost nothing) still ends the wait: the timer fires
+    /// again until the wait sees it, instead of once into a handler while nothing waits.
+    #[test]
+    fn a_deadline_passed_before_the_flock_starts_still_ends_the_wait() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("verrou");
+        let open = || {
+            File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap()
+        };
+        let holder = open();
+        holder.lock().unwrap();
+        let waiter = open();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for _ in 0..500 {
+                let got = wait_for_lock(&waiter, Kind::Exclusive, Duration::ZERO).unwrap();
+                assert!(!got, "a held lock was taken");
+            }
+            done.send(()).unwrap();
+        });
+        // 500 waits of nothing take milliseconds; a wait that missed its signal never ends.
+        finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a wait outlived its deadline");
+        drop(holder);
     }
 }

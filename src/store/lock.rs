@@ -55,8 +55,14 @@ pub(super) struct ExclusiveGuard {
 pub(super) struct Victims(Vec<File>);
 
 impl Victims {
+    /// Keeps the stored pair of `name` (its sidecar and its file) open, what of it is there.
+    pub(super) fn keep_pair(&mut self, store: &super::Store, name: &crate::names::Name) {
+        self.keep(&store.meta_fd, name.sidecar_file_name());
+        self.keep(&store.root_fd, name.as_str());
+    }
+
     /// Keeps `name` of the folder `dir` open, if it is there.
-    pub(super) fn keep(&mut self, dir: &std::os::fd::OwnedFd, name: impl rustix::path::Arg) {
+    fn keep(&mut self, dir: &std::os::fd::OwnedFd, name: impl rustix::path::Arg) {
         if let Ok(f) = super::open_at(dir, name, rustix::fs::OFlags::RDONLY) {
             self.0.push(f);
         }
@@ -316,7 +322,18 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
+
+    /// A new description of the lock file at `path` (created if need be): each holds a lock of
+    /// its own, as the store's processes do.
+    fn open_lock_file(path: &std::path::Path) -> File {
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .unwrap()
+    }
 
     /// Both ways of waiting take a lock as soon as its holder lets go, and give up at the
     /// deadline when it does not; the blocking one leaves no timer or signal behind (a second
@@ -325,15 +342,7 @@ mod tests {
     fn both_ways_of_waiting_take_a_freed_lock_and_give_up_at_the_deadline() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("verrou");
-        let open = || {
-            File::options()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .unwrap()
-        };
+        let open = || open_lock_file(&path);
         for waiting in [Waiting::Blocking, Waiting::Polling] {
             let outage = Outage::default();
             let holder = open();
@@ -379,15 +388,7 @@ mod tests {
     fn a_deadline_passed_before_the_flock_starts_still_ends_the_wait() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("verrou");
-        let open = || {
-            File::options()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .unwrap()
-        };
+        let open = || open_lock_file(&path);
         let holder = open();
         holder.lock().unwrap();
         let waiter = open();

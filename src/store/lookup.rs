@@ -150,8 +150,7 @@ impl Store {
     /// once the lock is let go; the kept totals (`total.rs`) lose the file after the unlinks.
     pub(super) fn remove_pair(&self, name: &Name, lock: &ExclusiveGuard, victims: &mut Victims) {
         let size = self.stored_size_of(name);
-        victims.keep(&self.meta_fd, name.sidecar_file_name());
-        victims.keep(&self.root_fd, name.as_str());
+        victims.keep_pair(self, name);
         let _ = rustix::fs::unlinkat(&self.meta_fd, name.sidecar_file_name(), AtFlags::empty());
         let gone = rustix::fs::unlinkat(&self.root_fd, name.as_str(), AtFlags::empty()).is_ok();
         if gone && let Some(size) = size {

@@ -237,8 +237,7 @@ impl Upload {
         let lock = store.lock_exclusive()?;
         let (lock, pending) = store.before_publication(name, self.written, lock)?;
         let sc_name = name.sidecar_file_name();
-        victims.keep(&store.meta_fd, &sc_name);
-        victims.keep(&store.root_fd, name.as_str());
+        victims.keep_pair(store, name);
         pause_point("avant-renommage");
         rustix::fs::renameat(&self.tmp_fd, &self.sidecar_part, &store.meta_fd, &sc_name)?;
         pause_point("entre-renommages");

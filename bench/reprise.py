@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
 """depot-fichiers — un dépôt avec reprise par un client qui garde sa connexion (banc d'essai).
 
-    reprise.py URL_DEPOT TOKEN FICHIER NOM [PARTIE_OCTETS]
+    reprise.py URL_DEPOT TOKEN FICHIER NOM EMPREINTE_BASE64 [PARTIE_OCTETS]
 
-Crée la reprise (POST avec Upload-Length et Repr-Digest), puis envoie le fichier en parties de
+Crée la reprise (POST avec Upload-Length et Repr-Digest : le SHA-256 du fichier en base64, comme
+deposer_reprise le prend), puis envoie le fichier en parties de
 PARTIE_OCTETS (8 Mio par défaut), chacune un PATCH sur la même connexion HTTP/1.1, lue du fichier
 par blocs de 1 Mio : ce que coûte le serveur, sans le lancement d'un curl par partie. Écrit
 « durée_s code durée_de_la_dernière_partie_s » sur la sortie, comme deposer_reprise de
 bench/lib/clients.sh. Une réponse inattendue arrête tout (code différent de 200).
 """
-import base64
-import hashlib
 import http.client
 import json
 import os
@@ -33,14 +32,9 @@ class Part:
 
 
 def main():
-    url, token, path, name = sys.argv[1:5]
-    part = int(sys.argv[5]) if len(sys.argv) > 5 else 8 << 20
+    url, token, path, name, digest = sys.argv[1:6]
+    part = int(sys.argv[6]) if len(sys.argv) > 6 else 8 << 20
     size = os.path.getsize(path)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    digest = base64.b64encode(h.digest()).decode()
     u = urllib.parse.urlsplit(url)
     auth = {"Authorization": f"Bearer {token}"}
     start = time.monotonic()

@@ -121,7 +121,7 @@ transfert() { # CLÉ depot|reprise|reprise-connexion|get FICHIER_OU_NOM [URL_STA
             dernieres+=("$d")
         elif [ "$sens" = reprise-connexion ]; then
             read -r t code d < <(python3 "$RACINE/bench/reprise.py" "$URL/upload.php" "$TOKEN" "$quoi" \
-                "reprise-connexion-$(basename "$quoi")")
+                "reprise-connexion-$(basename "$quoi")" "$EMPREINTE_GROS")
             dernieres+=("$d")
         else
             read -r t code < <(telecharger "$(dl "$quoi")")
@@ -135,18 +135,25 @@ transfert() { # CLÉ depot|reprise|reprise-connexion|get FICHIER_OU_NOM [URL_STA
             stemps+=("$t")
         fi
     done
-    R[$cle.t]="$(mediane "${temps[@]}")"
-    R[$cle.mem]="$(mediane "${mems[@]}")"
-    R[$cle.memmax]="$(printf '%s\n' "${mems[@]}" | sort -n | tail -1)"
-    [ "${#stemps[@]}" = 0 ] || R[$cle.st]="$(mediane "${stemps[@]}")"
-    [ "${#dernieres[@]}" = 0 ] || R[$cle.dern]="$(mediane "${dernieres[@]}")"
+    resumer_transfert "$cle" "${temps[*]}" "${mems[*]}" "${stemps[*]-}" "${dernieres[*]-}"
     info "  $cle : ${R[$cle.t]} s, pic ${R[$cle.mem]} Kio"
 }
 
+# Les médianes d'un transfert dans R (R[CLÉ.t], R[CLÉ.mem], R[CLÉ.memmax], R[CLÉ.st], R[CLÉ.dern]) :
+# chaque liste de mesures en une chaîne, vide quand rien n'a été mesuré.
+resumer_transfert() { # CLÉ "DURÉES" "PICS" "DURÉES_STATIQUES" "DURÉES_DE_LA_DERNIÈRE_PARTIE"
+    local cle="$1" a=()
+    read -ra a <<<"$2"; R[$cle.t]="$(mediane "${a[@]}")"
+    read -ra a <<<"$3"; R[$cle.mem]="$(mediane "${a[@]}")"
+    R[$cle.memmax]="$(printf '%s\n' "${a[@]}" | sort -n | tail -1)"
+    read -ra a <<<"$4"; [ "${#a[@]}" = 0 ] || R[$cle.st]="$(mediane "${a[@]}")"
+    read -ra a <<<"$5"; [ "${#a[@]}" = 0 ] || R[$cle.dern]="$(mediane "${a[@]}")"
+}
+
 # Plusieurs transferts entrelacés : une répétition de chacun tour à tour, REPETITIONS fois, puis
-# les médianes de chacun (R[CLÉ.t], R[CLÉ.mem], R[CLÉ.memmax], R[CLÉ.dern]) comme transfert.
+# les médianes de chacun, comme transfert.
 transferts_entrelaces() { # FICHIER CLÉ:SENS…
-    local quoi="$1" i paire cle sens a=() k v
+    local quoi="$1" i paire cle sens
     shift
     declare -A T M D
     for i in $(seq 1 "$REPETITIONS"); do
@@ -158,10 +165,7 @@ transferts_entrelaces() { # FICHIER CLÉ:SENS…
     done
     for paire in "$@"; do
         cle="${paire%%:*}"
-        read -ra a <<<"${T[$cle]}"; R[$cle.t]="$(mediane "${a[@]}")"
-        read -ra a <<<"${M[$cle]}"; R[$cle.mem]="$(mediane "${a[@]}")"
-        R[$cle.memmax]="$(printf '%s\n' "${a[@]}" | sort -n | tail -1)"
-        read -ra a <<<"${D[$cle]}"; [ "${#a[@]}" = 0 ] || R[$cle.dern]="$(mediane "${a[@]}")"
+        resumer_transfert "$cle" "${T[$cle]}" "${M[$cle]}" "" "${D[$cle]}"
         info "  $cle : ${R[$cle.t]} s, pic ${R[$cle.mem]} Kio (entrelacé)"
     done
 }

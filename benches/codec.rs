@@ -124,6 +124,16 @@ fn serve(bytes: &[u8], out: &mut Vec<u8>) -> usize {
     body
 }
 
+/// Renders a small answer into one STDOUT record of request 1, as the transport does; returns
+/// the bytes written.
+fn render_in_stdout(resp: Response, out: &mut Vec<u8>) -> usize {
+    out.clear();
+    let at = machine::begin_stdout(out);
+    http::render_small(resp, out).unwrap();
+    machine::seal_stdout(1, out, at);
+    out.len()
+}
+
 fn codec(c: &mut Criterion) {
     let get_params = apache_params(
         "GET",
@@ -216,13 +226,7 @@ fn codec(c: &mut Criterion) {
         let mut out = Vec::with_capacity(1024);
         b.iter_batched(
             || Response::json(200, &answer),
-            |resp| {
-                out.clear();
-                let at = machine::begin_stdout(&mut out);
-                http::render_small(resp, &mut out).unwrap();
-                machine::seal_stdout(1, &mut out, at);
-                out.len()
-            },
+            |resp| render_in_stdout(resp, &mut out),
             BatchSize::SmallInput,
         )
     });
@@ -239,13 +243,7 @@ fn codec(c: &mut Criterion) {
                     )
                     .with_body(data.clone())
             },
-            |resp| {
-                out.clear();
-                let at = machine::begin_stdout(&mut out);
-                http::render_small(resp, &mut out).unwrap();
-                machine::seal_stdout(1, &mut out, at);
-                out.len()
-            },
+            |resp| render_in_stdout(resp, &mut out),
             BatchSize::SmallInput,
         )
     });

@@ -19,6 +19,9 @@ pub struct App {
     pub log: Log,
     /// The thread that sweeps for the requests of a long-lived process ([`App::hand_off_sweeps`]).
     housekeeper: std::cell::OnceCell<Housekeeper>,
+    /// The process serves one connection at a time (mod_fcgid's): the store's work runs inline,
+    /// since no other connection waits for the event loop ([`App::publish`]).
+    one_connection: std::cell::Cell<bool>,
 }
 
 impl App {
@@ -32,6 +35,7 @@ impl App {
             store: std::sync::Arc::new(store),
             log,
             housekeeper: std::cell::OnceCell::new(),
+            one_connection: std::cell::Cell::new(false),
         })
     }
 
@@ -51,6 +55,19 @@ impl App {
                 "balayage dans les requêtes, faute de fil dédié : {e}"
             )),
         }
+    }
+
+    /// From now on, the store's work ([`App::publish`], [`App::with_store`]) runs inline: for a
+    /// process that serves one connection at a time (mod_fcgid's), where a hop to tokio's
+    /// blocking pool lets nothing else run and costs two thread wake-ups per upload.
+    pub fn serve_one_connection_at_a_time(&self) {
+        self.one_connection.set(true);
+    }
+
+    /// Whether the store's work runs inline: under CGI, and in a process that serves one
+    /// connection at a time.
+    fn store_work_inline(&self) -> bool {
+        self.housekeeper.get().is_none() || self.one_connection.get()
     }
 
     /// What every request to an endpoint that touches the store does first: the sweep of
@@ -78,10 +95,10 @@ impl App {
 
     /// Publishes an upload (its fsyncs and renames: a few milliseconds, a hundred or more when
     /// they wait behind the kernel's writeback): on a thread of tokio's blocking pool in a
-    /// process that serves many requests (the same processes as [`App::hand_off_sweeps`]), so
-    /// that its other connections go on meanwhile; inline under CGI.
+    /// process that serves many connections at once, so that they go on meanwhile; inline under
+    /// CGI and mod_fcgid ([`App::store_work_inline`]).
     pub async fn publish(&self, up: Upload, name: &Name) -> Result<Published, StoreError> {
-        if self.housekeeper.get().is_none() {
+        if self.store_work_inline() {
             return up.publish(&self.store, name);
         }
         let store = std::sync::Arc::clone(&self.store);
@@ -96,13 +113,13 @@ impl App {
     }
 
     /// Runs `work` on the store where a publication runs ([`App::publish`]): on tokio's blocking
-    /// pool in a process that serves many requests, inline under CGI. For what waits for the
-    /// disk (a resumable upload's syncs, its digest and publication).
+    /// pool in a process that serves many connections at once, inline under CGI and mod_fcgid.
+    /// For what waits for the disk (a resumable upload's syncs, its digest and publication).
     pub async fn with_store<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Store) -> T + Send + 'static,
     ) -> Result<T, StoreError> {
-        if self.housekeeper.get().is_none() {
+        if self.store_work_inline() {
             return Ok(work(&self.store));
         }
         let store = std::sync::Arc::clone(&self.store);

@@ -269,6 +269,16 @@ fn adopt_stdin() -> Result<Mode, RunError> {
     }
 }
 
+/// Whether fd 0 is mod_fcgid's listening socket ([`is_mod_fcgid_socket`]): the process then
+/// serves one connection at a time.
+pub fn stdin_is_mod_fcgid_socket() -> bool {
+    if !stdin_is_listening_socket() {
+        return false;
+    }
+    rustix::io::fcntl_dupfd_cloexec(io::stdin().as_fd(), 3)
+        .is_ok_and(|fd| is_mod_fcgid_socket(&std::os::unix::net::UnixListener::from(fd)))
+}
+
 /// Whether the listening Unix socket inherited on fd 0 is mod_fcgid's. Its process manager binds
 /// the socket of each program it starts at `<FcgidIPCDir>/<its own pid>.<counter>`, then forks
 /// the program (mod_fcgid's `proc_spawn_process`; suexec execs in place): the name starts with

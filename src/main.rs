@@ -335,6 +335,9 @@ fn serve(listen: Option<&str>, app: Rc<App>) -> ExitCode {
     if !fastcgi::is_cgi_request() {
         app.hand_off_sweeps();
     }
+    if fastcgi::stdin_is_mod_fcgid_socket() {
+        app.serve_one_connection_at_a_time();
+    }
     let handler: Handler = Rc::new(move |req: Request| {
         let app = app.clone();
         Box::pin(async move { router::handle(&app, req).await })

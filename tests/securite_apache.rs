@@ -515,3 +515,49 @@ fn a_refused_request_never_has_its_body_taken() {
         }
     }
 }
+
+/// A refused upload gets the same answer whatever its size. The shipped block consults the
+/// access check only for a body announced over 64 KiB (or of unknown length); a smaller one
+/// reaches the program, which refuses it having received it, held in mod_fcgid's memory and never
+/// spooled to disk. Either way: 401, the JSON `token_invalide`, one log line, nothing stored.
+#[test]
+fn a_refused_upload_gets_the_same_answer_below_and_above_the_access_check() {
+    let a = Apache::start();
+    let wrong = "Authorization: Bearer mauvais-token-mauvais-token-mauvais".to_string();
+    for len in [1, 10_240, 65_536, 65_537, 2 << 20] {
+        for headers in [vec![], vec![wrong.clone()]] {
+            let before = fs::read_to_string(a.state.log_file()).unwrap_or_default();
+            let (sent, spooled) = watched(&a, || {
+                send_big(a.state.port, "POST", "/upload.php", &headers, len, false)
+            });
+            let label = format!("{len} octets, en-têtes {headers:?}");
+            assert_eq!(
+                sent.status(),
+                401,
+                "{label}:\n{}\n{}",
+                String::from_utf8_lossy(&sent.answer),
+                a.state.logs()
+            );
+            assert_eq!(spooled, 0, "{label}: mod_fcgid spooled {spooled} bytes");
+            let body: serde_json::Value = serde_json::from_str(sent.body_text().trim())
+                .unwrap_or_else(|e| panic!("{label}: not JSON ({e}): {}", sent.body_text()));
+            assert_eq!(body["erreur"], "token_invalide", "{label}: {body}");
+            // The request's line (a sweep may add its own).
+            let lines: Vec<_> = new_log_lines(&a, &before)
+                .into_iter()
+                .filter(|l| l.contains("/upload.php"))
+                .collect();
+            assert!(
+                lines.len() == 1
+                    && lines[0].ends_with("— REFUSÉ")
+                    && lines[0].contains(" /upload.php "),
+                "{label}: log lines {lines:?}"
+            );
+        }
+    }
+    let stored: Vec<_> = common::entries(&a.state.files())
+        .into_iter()
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    assert!(stored.is_empty(), "stored: {stored:?}");
+}

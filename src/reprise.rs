@@ -395,7 +395,7 @@ async fn write_body(
 }
 
 /// Makes what the writer wrote durable, on the blocking pool of a process that serves many
-/// requests (a sync waits for the disk).
+/// connections at once (a sync waits for the disk; [`App::with_store`]).
 async fn checkpoint(app: &App, mut writer: ResumableWriter) -> Result<ResumableWriter, Refusal> {
     let (writer, done) = app
         .with_store(move |_| {

@@ -168,11 +168,41 @@ enum InheritedSocket {
 
 /// Serves until SIGTERM/SIGINT (FastCGI) or for one request (CGI). See the module documentation.
 pub fn run(listen: Option<&str>, handler: Handler) -> Result<(), RunError> {
-    let mode = match listen {
-        Some(spec) => Mode::Listen(ListenAddr::parse(spec)?),
-        None if is_cgi_request() => Mode::Cgi,
-        None => adopt_stdin()?,
-    };
+    Startup::find(listen)?.run(handler)
+}
+
+/// How this process was started: found once, before the runtime exists ([`Startup::find`]), then
+/// served ([`Startup::run`]). The caller may first ask what it found, to set up the rest of the
+/// process accordingly.
+pub struct Startup(Mode);
+
+impl Startup {
+    /// `--listen`'s address when given; else CGI ([`is_cgi_request`]) or the socket on fd 0.
+    pub fn find(listen: Option<&str>) -> Result<Startup, RunError> {
+        Ok(Startup(match listen {
+            Some(spec) => Mode::Listen(ListenAddr::parse(spec)?),
+            None if is_cgi_request() => Mode::Cgi,
+            None => adopt_stdin()?,
+        }))
+    }
+
+    /// One CGI request, then the process ends.
+    pub fn is_cgi(&self) -> bool {
+        matches!(self.0, Mode::Cgi)
+    }
+
+    /// mod_fcgid's socket on fd 0 ([`is_mod_fcgid_socket`]): one connection at a time.
+    pub fn serves_one_connection_at_a_time(&self) -> bool {
+        matches!(self.0, Mode::Inherited(InheritedSocket::Fcgid(_)))
+    }
+
+    /// Serves until SIGTERM/SIGINT (FastCGI) or for one request (CGI).
+    pub fn run(self, handler: Handler) -> Result<(), RunError> {
+        run_mode(self.0, handler)
+    }
+}
+
+fn run_mode(mode: Mode, handler: Handler) -> Result<(), RunError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -267,16 +297,6 @@ fn adopt_stdin() -> Result<Mode, RunError> {
     } else {
         Err(RunError::UnsupportedSocket)
     }
-}
-
-/// Whether fd 0 is mod_fcgid's listening socket ([`is_mod_fcgid_socket`]): the process then
-/// serves one connection at a time.
-pub fn stdin_is_mod_fcgid_socket() -> bool {
-    if !stdin_is_listening_socket() {
-        return false;
-    }
-    rustix::io::fcntl_dupfd_cloexec(io::stdin().as_fd(), 3)
-        .is_ok_and(|fd| is_mod_fcgid_socket(&std::os::unix::net::UnixListener::from(fd)))
 }
 
 /// Whether the listening Unix socket inherited on fd 0 is mod_fcgid's. Its process manager binds

@@ -331,23 +331,28 @@ fn open(path: &Path, cfg: Config) -> Result<Rc<App>, String> {
 }
 
 fn serve(listen: Option<&str>, app: Rc<App>) -> ExitCode {
+    let failed = |e: fastcgi::RunError| {
+        eprintln!("depot-fichiers : {e}");
+        ExitCode::from(2)
+    };
+    let startup = match fastcgi::Startup::find(listen) {
+        Ok(s) => s,
+        Err(e) => return failed(e),
+    };
     // A process that serves many requests sweeps on a thread of its own; CGI, one request, inline.
-    if !fastcgi::is_cgi_request() {
+    if !startup.is_cgi() {
         app.hand_off_sweeps();
     }
-    if fastcgi::stdin_is_mod_fcgid_socket() {
+    if startup.serves_one_connection_at_a_time() {
         app.serve_one_connection_at_a_time();
     }
     let handler: Handler = Rc::new(move |req: Request| {
         let app = app.clone();
         Box::pin(async move { router::handle(&app, req).await })
     });
-    match fastcgi::run(listen, handler) {
+    match startup.run(handler) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("depot-fichiers : {e}");
-            ExitCode::from(2)
-        }
+        Err(e) => failed(e),
     }
 }
 

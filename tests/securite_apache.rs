@@ -297,6 +297,16 @@ fn new_log_lines(a: &Apache, before: &str) -> Vec<String> {
         .collect()
 }
 
+/// `lines` are one line, the refusal's, naming the endpoint the client asked for.
+fn assert_one_refusal_line(label: &str, lines: &[String], endpoint: &str) {
+    assert!(
+        lines.len() == 1
+            && lines[0].ends_with("— REFUSÉ")
+            && lines[0].contains(&format!(" {endpoint} ")),
+        "{label}: log lines {lines:?}"
+    );
+}
+
 /// One request of [`a_refused_request_never_has_its_body_taken`] and what must come back.
 struct Refused {
     what: &'static str,
@@ -473,14 +483,7 @@ fn a_refused_request_never_has_its_body_taken() {
                 };
                 assert_eq!(body["erreur"], code, "{label}: {body}");
             }
-            // One line, the refusal's, naming the endpoint the client asked for.
-            let endpoint = c.path.split('?').next().unwrap();
-            assert!(
-                lines.len() == 1
-                    && lines[0].ends_with("— REFUSÉ")
-                    && lines[0].contains(&format!(" {endpoint} ")),
-                "{label}: log lines {lines:?}"
-            );
+            assert_one_refusal_line(&label, &lines, c.path.split('?').next().unwrap());
         }
     }
     // Still answered right when the credentials are: an oversized MCP call with a valid bearer
@@ -547,12 +550,7 @@ fn a_refused_upload_gets_the_same_answer_below_and_above_the_access_check() {
                 .into_iter()
                 .filter(|l| l.contains("/upload.php"))
                 .collect();
-            assert!(
-                lines.len() == 1
-                    && lines[0].ends_with("— REFUSÉ")
-                    && lines[0].contains(" /upload.php "),
-                "{label}: log lines {lines:?}"
-            );
+            assert_one_refusal_line(&label, &lines, "/upload.php");
         }
     }
     let stored: Vec<_> = common::entries(&a.state.files())

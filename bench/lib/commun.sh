@@ -114,4 +114,25 @@ machine_txt() {
     echo "programme : ${PROGRAMME_AFFICHE:-?} ; source : ${SOURCE_PROGRAMME:-?} (lu au début de la passe)"
     echo "machine : $(hostname -s 2>/dev/null || uname -n), $(nproc) cœurs,$(awk -F: '/^model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/^MemTotal/ { printf "%.1f Gio", $2 / 1048576 }' /proc/meminfo)"
     echo "système : $(uname -srm) ; $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") ; / monté avec : $(findmnt -no FSTYPE,OPTIONS / 2>/dev/null)"
+    recuperation_memoire
+}
+# recuperation_memoire : la ligne qui dit si le noyau rend au système des pages de fichier que
+# personne n'a lues depuis un moment (DAMON, action `pageout`, comme certaines machines virtuelles
+# le font pour rendre leur mémoire à l'hôte). Les fichiers d'un grand dépôt sortent alors du cache :
+# un GET lit le disque (docs/PERFORMANCE.md, § 3.5).
+recuperation_memoire() {
+    local k c age aggr actions=""
+    for k in /sys/kernel/mm/damon/admin/kdamonds/[0-9]*; do
+        [ "$(cat "$k/state" 2>/dev/null)" = on ] || continue
+        for c in "$k"/contexts/[0-9]*/schemes/[0-9]*; do
+            age="$(cat "$c/access_pattern/age/min" 2>/dev/null)"
+            aggr="$(cat "$c/../../monitoring_attrs/intervals/aggr_us" 2>/dev/null)"
+            actions="$actions $(cat "$c/action" 2>/dev/null) après $((${age:-0} * ${aggr:-0} / 1000000)) s sans accès,"
+        done
+    done
+    if [ -n "$actions" ]; then
+        echo "récupération de la mémoire : DAMON actif :${actions%,}"
+    else
+        echo "récupération de la mémoire : pas de DAMON actif"
+    fi
 }

@@ -15,16 +15,28 @@
  * the shipped block's `LimitRequestBody 1` lets through) is answered after 1.5 s. A GET has no
  * body: this costs one comparison on a record header that is read anyway.
  *
+ * Built with -DAPPELS_DE_LA_SPEC='"<state folder>"' (bench/run: repondeur-minimal-spec), a GET
+ * also makes the system calls the specification asks of every download (bench/appels-spec.h),
+ * reading petit.bin into the body of the response built at start-up, whose headers are then the
+ * program's own (SPEC_HEAD): the least any program that keeps the contract can do, as a floor
+ * beside the minimal responder.
+ *
  * It serves GET (and this POST) only: the AUTHORIZER role (FcgidAccessChecker, on upload.php in
  * the shipped block) sends no STDIN record and is not answered. Built by bench/run with
  * `cc -O2`. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#ifdef APPELS_DE_LA_SPEC
+#include "appels-spec.h"
+#define HEAD SPEC_HEAD
+#else
 #define HEAD "Status: 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 10240\r\n\r\n"
+#endif
 #define BODY 10240
 #define STDOUT_LEN (sizeof HEAD - 1 + BODY)
 
@@ -80,6 +92,9 @@ static void serve(int c) {
     }
 answer:
     if (body) usleep(1500000);
+#ifdef APPELS_DE_LA_SPEC
+    else if (spec_download(response + 8 + sizeof HEAD - 1, BODY) != BODY) return; /* no answer: a 5xx */
+#endif
     if (id != response_id) set_id(id);
     for (size_t done = 0; done < sizeof response;) {
         ssize_t w = write(c, response + done, sizeof response - done);
@@ -98,6 +113,9 @@ int main(void) {
     p += 8 + STDOUT_LEN;
     header(p, 6, 0);
     header(p + 8, 3, 8); /* END_REQUEST: app status 0, REQUEST_COMPLETE, the rest zero */
+#ifdef APPELS_DE_LA_SPEC
+    spec_open();
+#endif
     for (;;) {
         int c = accept(0, 0, 0);
         if (c < 0) {

@@ -11,13 +11,9 @@
  * Built by bench/run with `cc -O2`.
  *
  * Built with -DAPPELS_DE_LA_SPEC='"<state folder>"' (bench/run: repondeur-spec), a GET also
- * makes the system calls the specification (docs/SPECIFICATION.md) asks of every download, and
- * nothing else: open the stored file (fstat for its size) and its sidecar (one read), read the
- * file (pread), set its mtime (futimens, to the time just read, as the program does), append one
- * line to a log kept open in O_APPEND mode and read its link count and size (statx without the
- * times, as the program's size and rotation check does). No parsing, no check, no lock, no
- * sweep: the floor that the specification's own work puts under any program, measured in the
- * same Apache. */
+ * makes the system calls the specification asks of every download, and nothing else
+ * (bench/appels-spec.h): the floor that the specification's own work puts under any program,
+ * measured in the same Apache. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -28,47 +24,7 @@
 static char body[10240];
 
 #ifdef APPELS_DE_LA_SPEC
-#include <fcntl.h>
-#include <stdio.h>
-#include <sys/stat.h>
-#include <time.h>
-
-static int dir_files = -1, dir_meta = -1, log_fd = -1;
-
-static void spec_open(void) {
-    dir_files = open(APPELS_DE_LA_SPEC "/files", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    dir_meta = openat(dir_files, ".meta", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    log_fd = open(APPELS_DE_LA_SPEC "/log/repondeur-spec.log", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-}
-
-/* The download of petit.bin into out (room bytes at most); its length, or -1. */
-static long spec_download(unsigned char *out, size_t room) {
-    static char sidecar[4097];
-    int fd = openat(dir_files, "petit.bin", O_RDONLY | O_NOATIME | O_CLOEXEC);
-    if (fd < 0) return -1;
-    struct stat st;
-    int m = openat(dir_meta, "petit.bin.json", O_RDONLY | O_NOATIME | O_CLOEXEC);
-    if (fstat(fd, &st) || m < 0 || read(m, sidecar, sizeof sidecar) <= 0 || (size_t)st.st_size > room) {
-        if (m >= 0) close(m);
-        close(fd);
-        return -1;
-    }
-    close(m);
-    long n = pread(fd, out, (size_t)st.st_size, 0);
-    struct timespec times[2] = {{0, UTIME_OMIT}, {0, 0}};
-    clock_gettime(CLOCK_REALTIME, &times[1]);
-    futimens(fd, times);
-    close(fd);
-    char line[256];
-    time_t t = time(0);
-    struct tm tm;
-    localtime_r(&t, &tm);
-    size_t l = strftime(line, 64, "[%Y-%m-%d %H:%M:%S] [127.0.0.1] ", &tm);
-    l += (size_t)snprintf(line + l, sizeof line - l, "GET /download.php — téléchargement \"petit.bin\" : OK\n");
-    struct statx sx;
-    if (write(log_fd, line, l) < 0 || statx(log_fd, "", AT_EMPTY_PATH, STATX_NLINK | STATX_SIZE, &sx)) return -1;
-    return n;
-}
+#include "appels-spec.h"
 #endif
 static unsigned char buf[65536 + 256];
 

@@ -4,8 +4,9 @@
 # d'apache/depot-fichiers.conf, réglages de niveau serveur d'apache/depot-fichiers-fcgid.conf,
 # gabarits apache/local.*.template remplis comme apache/demo) sur 127.0.0.1:$PORT, et, dans le
 # MÊME Apache, des hôtes côte à côte :
-#   - le répondeur nul ($PORT_NUL), le nul + appels de la spécification ($PORT_SPEC) et le répondeur
-#     minimal ($PORT_MINI) : le MÊME bloc commun, seul FcgidWrapper change ;
+#   - le répondeur nul ($PORT_NUL), le nul + appels de la spécification ($PORT_SPEC), le répondeur
+#     minimal ($PORT_MINI) et le minimal + appels et en-têtes de la spécification ($PORT_MINI_SPEC) :
+#     le MÊME bloc commun, seul FcgidWrapper change ;
 #   - la route mod_proxy_fcgi ($PORT_PROXY) vers `depot-fichiers --listen tcp:…:$PORT_LISTEN` ;
 #   - l'hôte mod_fcgid GÉNÉRIQUE ($PORT_GEN) : le même programme sous la configuration d'une
 #     application FastCGI quelconque ;
@@ -59,6 +60,7 @@ ecrire_conf_apache() {
     grep -q "FcgidWrapper \"$NUL " "$ETAT/bloc-nul.conf" || echec "FcgidWrapper introuvable dans le bloc commun"
     sed -e "s|\${DEPOT_FICHIERS_BIN}|$SPEC|" "$ETAT/bloc.conf" >"$ETAT/bloc-spec.conf"
     sed -e "s|\${DEPOT_FICHIERS_BIN}|$MINI|" "$ETAT/bloc.conf" >"$ETAT/bloc-minimal.conf"
+    sed -e "s|\${DEPOT_FICHIERS_BIN}|$MINI_SPEC|" "$ETAT/bloc.conf" >"$ETAT/bloc-minimal-spec.conf"
     sed -n '/# >>> bloc commun/,/# <<< bloc commun/p' "$RACINE/apache/depot-fichiers-proxy-fcgi.conf" >"$ETAT/bloc-proxy.conf"
     cat >>"$ETAT/apache.conf" <<EOF
 
@@ -89,6 +91,13 @@ Listen 127.0.0.1:$PORT_MINI
     ErrorLog  "$ETAT/serveur/log/apache-error.log"
     CustomLog "$ETAT/serveur/log/minimal-access.log" depot_fichiers
     Include "$ETAT/bloc-minimal.conf"
+</VirtualHost>
+Listen 127.0.0.1:$PORT_MINI_SPEC
+<VirtualHost 127.0.0.1:$PORT_MINI_SPEC>
+    ServerName 127.0.0.1
+    ErrorLog  "$ETAT/serveur/log/apache-error.log"
+    CustomLog "$ETAT/serveur/log/minimal-spec-access.log" depot_fichiers
+    Include "$ETAT/bloc-minimal-spec.conf"
 </VirtualHost>
 EOF
     # L'hôte mod_fcgid GÉNÉRIQUE : le même programme (une copie du binaire, pour compter ses processus
@@ -174,6 +183,7 @@ journaux_apache() {
     JOURNAL_PHP="$ETAT/serveur/log/php-access.log"
     JOURNAL_GEN="$ETAT/serveur/log/generique-access.log"
     JOURNAL_MINI="$ETAT/serveur/log/minimal-access.log"
+    JOURNAL_MINI_SPEC="$ETAT/serveur/log/minimal-spec-access.log"
     GROUPE_MAX="$(awk '$1 == "FcgidMaxProcessesPerClass" { print $2 }' "$ETAT/bloc.conf")"
     [ -n "$GROUPE_MAX" ] || echec "FcgidMaxProcessesPerClass introuvable dans le bloc commun"
 }
@@ -216,7 +226,7 @@ arreter_apache() {
     APACHE_PID=""
     # Les processus depot-fichiers de CET Apache (notre copie du programme) ne lui survivent pas.
     local p
-    for p in $(pids_depot) $(pids_exe "$BIN_GEN") $(pids_exe "$NUL") $(pids_exe "$SPEC") $(pids_exe "$MINI"); do
+    for p in $(pids_depot) $(pids_exe "$BIN_GEN") $(pids_exe "$NUL") $(pids_exe "$SPEC") $(pids_exe "$MINI") $(pids_exe "$MINI_SPEC"); do
         kill -KILL "$p" 2>/dev/null || true
     done
 }
@@ -258,6 +268,7 @@ lent_generique() {
         -H "Authorization: Bearer lent-g$1" -d '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' "$URL_GEN/mcp.php"
 }
 lent_minimal() { curl -s -o /dev/null --data-binary x "$URL_MINI/download.php"; }
+lent_minimal_spec() { curl -s -o /dev/null --data-binary x "$URL_MINI_SPEC/download.php"; }
 deux_vagues() { # FONCTION… : deux fois, N requêtes lentes de chaque FONCTION en parallèle (N : $VAGUE, défaut GROUPE_MAX)
     local tour i f pids
     for tour in 1 2; do
@@ -280,12 +291,15 @@ remplir_groupes() { # CLÉ [tous] : les nombres de processus obtenus vont dans R
         # ensemble dépassent ce que le score de lancement de mod_fcgid accorde d'un coup.
         deux_vagues lent_spec
     fi
-    # L'hôte générique et le répondeur minimal, ensemble, 16 requêtes lentes chacun (« tous » : au
-    # premier remplissage seulement ; 16 processus suffisent à 8 connexions).
+    # L'hôte générique et le répondeur minimal, ensemble, 16 requêtes lentes chacun, puis le minimal
+    # avec les appels de la spécification (« tous » : au premier remplissage seulement ; 16
+    # processus suffisent à 8 connexions).
     [ "${2:-}" != tous ] || VAGUE="$GROUPE_MAX_GEN" deux_vagues lent_generique lent_minimal
+    [ "${2:-}" != tous ] || VAGUE="$GROUPE_MAX_GEN" deux_vagues lent_minimal_spec
     R[$1.prog]="$(pids_depot | wc -l)"; R[$1.nul]="$(pids_exe "$NUL" | wc -l)"
     R[$1.spec]="$(pids_exe "$SPEC" | wc -l)"
     R[$1.gen]="$(pids_exe "$BIN_GEN" | wc -l)"; R[$1.mini]="$(pids_exe "$MINI" | wc -l)"
+    R[$1.minispec]="$(pids_exe "$MINI_SPEC" | wc -l)"
     local autres=""
     [ "${2:-}" != tous ] || autres=" ; ${R[$1.gen]} sous l'hôte générique (max $GROUPE_MAX_GEN), ${R[$1.mini]} répondeurs minimaux (max $GROUPE_MAX)"
     if [ "$SEULEMENT_DEPOT" = 1 ]; then

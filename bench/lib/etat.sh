@@ -2,8 +2,8 @@
 #
 # preparer_etat [PARENT] crée le dossier d'état (sous PARENT, par défaut $TMPDIR ou /tmp), y copie
 # le programme (BIN, et BIN_GEN pour l'hôte mod_fcgid générique), compile les répondeurs FastCGI
-# (NUL, SPEC, MINI), tire les ports (PORT, PORT_NUL, PORT_SPEC, PORT_PROXY, PORT_LISTEN, PORT_PHP,
-# PORT_GEN, PORT_MINI et leurs URL_…), le token (TOKEN) et le jeton MCP (JETON_MCP), et pose le
+# (NUL, SPEC, MINI, MINI_SPEC), tire les ports (PORT, PORT_NUL, PORT_SPEC, PORT_PROXY, PORT_LISTEN,
+# PORT_PHP, PORT_GEN, PORT_MINI, PORT_MINI_SPEC et leurs URL_…), le token (TOKEN) et le jeton MCP (JETON_MCP), et pose le
 # piège de fin (nettoyer : Apache, php-fpm, processus lancés, dossier effacé sauf DEPOT_GARDER=1 ou
 # ETAT_JETABLE=1 — un système de fichiers jeté avec lui — ; puis, dans l'ordre inverse, les
 # fonctions inscrites dans A_NETTOYER).
@@ -48,6 +48,11 @@ preparer_etat() {
     # Le répondeur minimal : une lecture, une réponse calculée d'avance en un seul write.
     MINI="$ETAT/bin/repondeur-minimal"
     cc -O2 -o "$MINI" "$RACINE/bench/repondeur-minimal.c" || echec "compilation de bench/repondeur-minimal.c"
+    # Le même, plus les appels système et les en-têtes de la spécification : le plancher de tout
+    # programme qui tient le contrat (voir bench/repondeur-minimal.c).
+    MINI_SPEC="$ETAT/bin/repondeur-minimal-spec"
+    cc -O2 -DAPPELS_DE_LA_SPEC="\"$ETAT\"" -o "$MINI_SPEC" "$RACINE/bench/repondeur-minimal.c" \
+        || echec "compilation de bench/repondeur-minimal.c (appels de la spécification)"
     PORT="$(port_libre)"; URL="http://127.0.0.1:$PORT"
     # Le répondeur nul (mod_fcgid) et la route mod_proxy_fcgi → programme lancé avec --listen.
     PORT_NUL="$(port_libre)"; URL_NUL="http://127.0.0.1:$PORT_NUL"
@@ -58,6 +63,7 @@ preparer_etat() {
     PORT_PHP="$(port_libre)"; URL_PHP="http://127.0.0.1:$PORT_PHP"
     PORT_GEN="$(port_libre)"; URL_GEN="http://127.0.0.1:$PORT_GEN"
     PORT_MINI="$(port_libre)"; URL_MINI="http://127.0.0.1:$PORT_MINI"
+    PORT_MINI_SPEC="$(port_libre)"; URL_MINI_SPEC="http://127.0.0.1:$PORT_MINI_SPEC"
     TOKEN="$(jeton_aleatoire 32)"
     JETON_MCP="jeton-bench-$(jeton_aleatoire 8)"
 }

@@ -50,14 +50,14 @@ cpu_classes() {
     for p in /proc/[0-9]*; do
         exe="$(readlink "$p/exe" 2>/dev/null)" || continue
         case "$exe" in
-            "$BIN" | "$BIN_GEN" | "$NUL" | "$SPEC" | "$MINI" | "$APACHE2") ;;
+            "$BIN" | "$BIN_GEN" | "$NUL" | "$SPEC" | "$MINI" | "$MINI_SPEC" | "$APACHE2") ;;
             "$PHP_FPM") [ -n "$PHP_PID" ] || continue ;;
             *) continue ;;
         esac
         read -r t pp < <(awk '{ sub(/^.*\) /, ""); print $12 + $13, $2 }' "$p/stat" 2>/dev/null) || continue
         case "$exe" in
             "$BIN" | "$BIN_GEN") prog=$((prog + t)) ;;
-            "$NUL" | "$SPEC" | "$MINI") nul=$((nul + t)) ;;
+            "$NUL" | "$SPEC" | "$MINI" | "$MINI_SPEC") nul=$((nul + t)) ;;
             "$PHP_FPM") if [ "${p#/proc/}" = "$PHP_PID" ] || [ "$pp" = "$PHP_PID" ]; then nul=$((nul + t)); fi ;;
             *) if [ "${p#/proc/}" = "$APACHE_PID" ] || [ "$pp" = "$APACHE_PID" ]; then ap=$((ap + t)); fi ;;
         esac

@@ -30,6 +30,8 @@ verifier_repondeurs() {
     if [ "$SEULEMENT_RAPPORT" = 0 ]; then
         [ "$(curl -s -o /dev/null -w '%{http_code} %{size_download}' "$URL_MINI/download.php")" = "200 10240" ] \
             || echec "le répondeur minimal ne répond pas 200 + 10 Kio"
+        cmp -s <(curl -s "$URL_MINI_SPEC/download.php?fichier=petit.bin") "$ETAT/travail/petit.bin" \
+            || echec "le répondeur minimal avec les appels de la spécification ne sert pas petit.bin du dépôt"
     fi
 }
 

@@ -4,7 +4,8 @@
 #   depot_contre_php             dépôt de 10 Kio à 8 connexions, 32 noms tournants par fil wrk :
 #                                bloc livré (up_prog), PHP (up_php), hôte générique (up_gen)
 #   telechargements_contre_php   GET 10 Kio (dphp_*) puis CENT_MIO Mio par curl (cent_*)
-#   contre_minimal               GET 10 Kio, programme (mini_prog) / répondeur minimal (mini_mini)
+#   contre_minimal               GET 10 Kio, programme (mini_prog) / répondeur minimal (mini_mini),
+#                                et le minimal + appels de la spécification (mini_spec)
 # et les tableaux et cibles de ces mesures.
 
 # Le dépôt de 10 Kio à 8 connexions, 32 noms tournants par fil wrk : programme sous le bloc livré,
@@ -52,8 +53,9 @@ telechargements_contre_php() {
 # Le petit téléchargement contre le répondeur minimal (même bloc commun), entrelacés.
 contre_minimal() {
     info "GET 10 Kio contre le répondeur FastCGI minimal (même Apache, même bloc Fcgid ; $URL_MINI)"
-    entrelacees "" mini_prog "$JOURNAL_PROG" "$(dl petit.bin)" mini_mini "$JOURNAL_MINI" "$URL_MINI/download.php?fichier=petit.bin"
-    info "  req/s : programme ${R[mini_prog.rps]}, répondeur minimal ${R[mini_mini.rps]}"
+    entrelacees "" mini_prog "$JOURNAL_PROG" "$(dl petit.bin)" mini_mini "$JOURNAL_MINI" "$URL_MINI/download.php?fichier=petit.bin" \
+        mini_spec "$JOURNAL_MINI_SPEC" "$URL_MINI_SPEC/download.php?fichier=petit.bin"
+    info "  req/s : programme ${R[mini_prog.rps]}, répondeur minimal ${R[mini_mini.rps]}, minimal + spécification ${R[mini_spec.rps]}"
 }
 
 
@@ -83,9 +85,12 @@ tableau_telechargements_php() {
 tableau_minimal() {
     entete_wrk "GET 10 Kio, 8 conn., contre le minimal" "rapport"
     echo "  (répondeur minimal : une lecture, une réponse écrite d'un seul write ; même bloc Fcgid ; groupe"
-    echo "   rempli : ${R[groupe.mini]} processus)"
+    echo "   rempli : ${R[groupe.mini]} processus ; minimal + spécification : les mêmes, plus les appels système"
+    echo "   et les en-têtes d'un téléchargement selon la spécification, bench/appels-spec.h ; ${R[groupe.minispec]} processus)"
     ligne_wrk "depot-fichiers" mini_prog mini_mini
     ligne_wrk "répondeur FastCGI minimal" mini_mini
+    ligne_wrk "minimal + spécification" mini_spec mini_mini
+    printf '  %-40s %9s %7s\n' "depot-fichiers / minimal + spécification" "" "$(f2 "$(calc "${R[mini_prog.rps]} / ${R[mini_spec.rps]}")")"
 }
 cibles_depot() { # les lignes « Cibles » de ces mesures
     local k lib r v
@@ -100,4 +105,5 @@ cibles_depot() { # les lignes « Cibles » de ces mesures
     done
     r="$(calc "${R[mini_prog.rps]} / ${R[mini_mini.rps]}")"
     printf '  %-52s %16s   %s\n' "GET 10 Kio ≥ 0,75 × répondeur minimal" "$(f2 "$r")" "$(ok "$r" 0.75 '>=')"
+    printf '  %-52s %16s\n' "  … où le minimal + spécification est à" "$(f2 "$(calc "${R[mini_spec.rps]} / ${R[mini_mini.rps]}")")"
 }

@@ -198,45 +198,42 @@ impl Startup {
 
     /// Serves until SIGTERM/SIGINT (FastCGI) or for one request (CGI).
     pub fn run(self, handler: Handler) -> Result<(), RunError> {
-        run_mode(self.0, handler)
-    }
-}
-
-fn run_mode(mode: Mode, handler: Handler) -> Result<(), RunError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(RunError::Runtime)?;
-    let local = LocalSet::new();
-    let result = local.block_on(&rt, async move {
-        if let Mode::Cgi = mode {
-            cgi::serve(handler).await;
-            return Ok(());
-        }
-        // Install the handlers before the socket can be reached: a SIGTERM must never kill us.
-        let stop = stop_signal()?;
-        let (listener, max_conns, unix_path) = match mode {
-            Mode::Inherited(InheritedSocket::Fcgid(l)) => {
-                serve_inherited_unix(l, handler, stop).await?;
+        let mode = self.0;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(RunError::Runtime)?;
+        let local = LocalSet::new();
+        let result = local.block_on(&rt, async move {
+            if let Mode::Cgi = mode {
+                cgi::serve(handler).await;
                 return Ok(());
             }
-            Mode::Inherited(s) => (adopt(s)?, LISTEN_MAX_CONNS, None),
-            Mode::Listen(addr) => {
-                let (l, p) = bind(&addr).await?;
-                (l, LISTEN_MAX_CONNS, p)
+            // Install the handlers before the socket can be reached: a SIGTERM must never kill us.
+            let stop = stop_signal()?;
+            let (listener, max_conns, unix_path) = match mode {
+                Mode::Inherited(InheritedSocket::Fcgid(l)) => {
+                    serve_inherited_unix(l, handler, stop).await?;
+                    return Ok(());
+                }
+                Mode::Inherited(s) => (adopt(s)?, LISTEN_MAX_CONNS, None),
+                Mode::Listen(addr) => {
+                    let (l, p) = bind(&addr).await?;
+                    (l, LISTEN_MAX_CONNS, p)
+                }
+                Mode::Cgi => unreachable!("handled above"),
+            };
+            serve_listener(listener, handler, max_conns, stop).await;
+            if let Some(p) = unix_path {
+                let _ = std::fs::remove_file(p);
             }
-            Mode::Cgi => unreachable!("handled above"),
-        };
-        serve_listener(listener, handler, max_conns, stop).await;
-        if let Some(p) = unix_path {
-            let _ = std::fs::remove_file(p);
-        }
-        Ok(())
-    });
-    drop(local);
-    // A blocking stdin reader (CGI) must not keep the process alive.
-    rt.shutdown_background();
-    result
+            Ok(())
+        });
+        drop(local);
+        // A blocking stdin reader (CGI) must not keep the process alive.
+        rt.shutdown_background();
+        result
+    }
 }
 
 /// Resolves when SIGTERM or SIGINT arrives.

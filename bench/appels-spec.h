@@ -5,7 +5,8 @@
  * does), append one line to a log kept open in O_APPEND mode and read its link count and size
  * (statx without the times, as the program's size and rotation check does). No parsing, no
  * check, no lock, no sweep. SPEC_HEAD: the headers the program answers a download of petit.bin
- * with (the ETag's digits are the program's for some upload; only their length matters). */
+ * with (the ETag's digits are the program's for some upload; only their length matters);
+ * bench/run stops if the program's own headers no longer match them (`entetes_compares`). */
 #ifndef APPELS_SPEC_H
 #define APPELS_SPEC_H
 /* statx: the including file defines _GNU_SOURCE before its first #include. */

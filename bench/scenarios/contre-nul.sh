@@ -32,7 +32,17 @@ verifier_repondeurs() {
             || echec "le répondeur minimal ne répond pas 200 + 10 Kio"
         cmp -s <(curl -s "$URL_MINI_SPEC/download.php?fichier=petit.bin") "$ETAT/travail/petit.bin" \
             || echec "le répondeur minimal avec les appels de la spécification ne sert pas petit.bin du dépôt"
+        # Ses en-têtes sont une copie (SPEC_HEAD, bench/appels-spec.h) : ceux du programme ne
+        # doivent pas en avoir changé sans elle, sinon le plancher ne mesure plus le même contrat.
+        [ "$(entetes_compares "$(dl petit.bin)")" = "$(entetes_compares "$URL_MINI_SPEC/download.php?fichier=petit.bin")" ] \
+            || echec "les en-têtes du programme ne sont plus ceux de SPEC_HEAD (bench/appels-spec.h) : $(diff <(entetes_compares "$(dl petit.bin)") <(entetes_compares "$URL_MINI_SPEC/download.php?fichier=petit.bin") | tr '\n' ' ')"
     fi
+}
+# Les en-têtes d'un GET, sans ceux qu'Apache ajoute lui-même ni la valeur de l'ETag (propre à
+# chaque dépôt), triés : ce que le programme choisit de répondre.
+entetes_compares() {
+    curl -s -o /dev/null -D - "$1" | tr -d '\r' \
+        | grep -Eiv '^(date|server|keep-alive|connection|http/)' | sed -E 's/^(etag): .*/\1: …/I' | grep -v '^$' | sort
 }
 
 mesurer_endurance() {

@@ -177,6 +177,10 @@ pub struct CallOutcome {
     pub log_line: Option<String>,
 }
 
+/// A call refused before or instead of its answer: the failure, and the log line if any (a
+/// malformed request is not logged as a call).
+type Refusal = (Failure, Option<String>);
+
 /// Runs `tools/call` with `params` (anything; checked here) at `version`.
 pub fn call(
     ctx: &ToolCtx,
@@ -184,155 +188,148 @@ pub fn call(
     params: Option<&Value>,
     files: &mut FileSource,
 ) -> CallOutcome {
+    let (mode, name) = match arguments(params) {
+        Ok(args) => args,
+        Err((failure, line)) => return shape(version, failure, line),
+    };
+    let head = format!("{} — \"{}\"", label(Some(mode)), quoted(name.as_str()));
+    match answer(ctx, version, &name, mode, &head, files(&name, mode)) {
+        Ok(result) => CallOutcome {
+            result: Ok(result),
+            log_line: Some(ok_line(&head)),
+        },
+        Err((failure, line)) => shape(version, failure, line),
+    }
+}
+
+/// The start of the call's log line: `MCP tools/call recuperer_fichier(mode=…)`.
+fn label(mode: Option<Mode>) -> String {
+    format!(
+        "MCP tools/call {TOOL_NAME}(mode={})",
+        mode.map_or("?", Mode::as_str)
+    )
+}
+
+/// The call's mode and file name, checked: `params` an object naming this tool, `arguments`
+/// an object (or absent) with a valid `mode` (default `lien`) and `nom_fichier`.
+fn arguments(params: Option<&Value>) -> Result<(Mode, Name), Refusal> {
+    let protocol = |why: &str| (Failure::Protocol(why.to_string()), None);
     let empty = serde_json::Map::new();
     let params = match params {
         None => &empty,
         Some(Value::Object(m)) => m,
-        Some(_) => {
-            return shape(
-                version,
-                Failure::Protocol("Invalid params: params must be an object".into()),
-                None,
-            );
-        }
+        Some(_) => return Err(protocol("Invalid params: params must be an object")),
     };
-    let name = match params.get("name") {
-        Some(Value::String(n)) => n.as_str(),
-        _ => {
-            return shape(
-                version,
-                Failure::Protocol("Invalid params: params.name must be a string".into()),
-                None,
-            );
-        }
+    let Some(Value::String(tool)) = params.get("name") else {
+        return Err(protocol("Invalid params: params.name must be a string"));
     };
-    if name != TOOL_NAME {
-        return shape(
-            version,
-            Failure::Protocol(format!("Unknown tool: {}", super::jsonrpc::clip(name))),
-            None,
-        );
+    if tool != TOOL_NAME {
+        return Err(protocol(&format!(
+            "Unknown tool: {}",
+            super::jsonrpc::clip(tool)
+        )));
     }
     let args = match params.get("arguments") {
         None | Some(Value::Null) => &empty,
         Some(Value::Object(m)) => m,
-        Some(_) => {
-            return shape(
-                version,
-                Failure::Protocol("Invalid params: arguments must be an object".into()),
-                None,
-            );
-        }
+        Some(_) => return Err(protocol("Invalid params: arguments must be an object")),
     };
     let mode = match args.get("mode") {
-        None | Some(Value::Null) => Ok(Mode::Lien),
-        Some(Value::String(s)) if s == "lien" => Ok(Mode::Lien),
-        Some(Value::String(s)) if s == "base64" => Ok(Mode::Base64),
-        Some(other) => Err(other.to_string()),
-    };
-    let label = |mode: Option<Mode>| {
-        format!(
-            "MCP tools/call {TOOL_NAME}(mode={})",
-            mode.map_or("?", Mode::as_str)
-        )
-    };
-    let mode = match mode {
-        Ok(m) => m,
-        Err(bad) => {
+        None | Some(Value::Null) => Mode::Lien,
+        Some(Value::String(s)) if s == "lien" => Mode::Lien,
+        Some(Value::String(s)) if s == "base64" => Mode::Base64,
+        Some(other) => {
+            let bad = other.to_string();
             let line = refused_line(&format!(
                 "{} — mode invalide \"{}\"",
                 label(None),
                 quoted(bad.trim_matches('"'))
             ));
-            return shape(
-                version,
+            return Err((
                 Failure::InvalidArguments(format!(
                     "Argument « mode » invalide ({bad}) : valeurs permises « lien » (par défaut) ou « base64 »."
                 )),
                 Some(line),
-            );
+            ));
         }
     };
-    let raw = match args.get("nom_fichier") {
-        Some(Value::String(s)) => s,
-        _ => {
-            let line = refused_line(&format!("{} — nom_fichier absent", label(Some(mode))));
-            return shape(
-                version,
-                Failure::InvalidArguments(
-                    "Argument « nom_fichier » manquant ou qui n'est pas une chaîne : donner le nom exact renvoyé par upload.php."
-                        .into(),
-                ),
-                Some(line),
-            );
-        }
+    let Some(Value::String(raw)) = args.get("nom_fichier") else {
+        let line = refused_line(&format!("{} — nom_fichier absent", label(Some(mode))));
+        return Err((
+            Failure::InvalidArguments(
+                "Argument « nom_fichier » manquant ou qui n'est pas une chaîne : donner le nom exact renvoyé par upload.php."
+                    .into(),
+            ),
+            Some(line),
+        ));
     };
-    let name = match Name::parse(raw.as_bytes()) {
-        Ok(n) => n,
+    match Name::parse(raw.as_bytes()) {
+        Ok(name) => Ok((mode, name)),
         Err(e) => {
             let line = refused_line(&format!(
                 "{} — nom invalide \"{}\" ({e})",
                 label(Some(mode)),
                 quoted(raw.chars().take(80).collect::<String>())
             ));
-            return shape(
-                version,
+            Err((
                 Failure::InvalidArguments(format!("Nom de fichier invalide : {e}.")),
                 Some(line),
-            );
+            ))
         }
-    };
-    let head = format!("{} — \"{}\"", label(Some(mode)), quoted(name.as_str()));
-    match files(&name, mode) {
-        FileOutcome::Missing => shape(
-            version,
-            Failure::Business(format!(
+    }
+}
+
+/// The result for what the store gave for `name` (`head`: the start of the log line), or the
+/// refusal that says why there is none.
+fn answer(
+    ctx: &ToolCtx,
+    version: Version,
+    name: &Name,
+    mode: Mode,
+    head: &str,
+    outcome: FileOutcome,
+) -> Result<Value, Refusal> {
+    let business = |why: String, line: String| (Failure::Business(why), Some(refused_line(&line)));
+    match outcome {
+        FileOutcome::Missing => Err(business(
+            format!(
                 "Fichier introuvable ou expiré : « {name} ». Les fichiers sont effacés automatiquement ({}) ; le déposer à nouveau avec upload.php.",
                 ctx.deletion_delays
-            )),
-            Some(refused_line(&format!("{head} — introuvable ou expiré"))),
-        ),
-        FileOutcome::Busy { retry_after } => shape(
-            version,
+            ),
+            format!("{head} — introuvable ou expiré"),
+        )),
+        FileOutcome::Busy { retry_after } => Err((
             Failure::Business(format!(
                 "Stockage momentanément occupé (verrou tenu par un autre serveur ou processus) : réessayer dans {retry_after} s."
             )),
             Some(error_line(&format!(
                 "{head} — stockage occupé (verrou non obtenu à temps)"
             ))),
-        ),
-        FileOutcome::TooLarge { size, max } => shape(
-            version,
-            Failure::Business(format!(
+        )),
+        FileOutcome::TooLarge { size, max } => Err(business(
+            format!(
                 "Fichier trop volumineux pour mode=\"base64\" ({size} octets, maximum {max}) : utiliser mode=\"lien\" pour obtenir une URL de téléchargement."
-            )),
-            Some(refused_line(&format!(
-                "{head} — trop volumineux pour base64 ({size} octets)"
-            ))),
-        ),
-        FileOutcome::OverBudget { size, spent, max } => shape(
-            version,
-            Failure::Business(format!(
+            ),
+            format!("{head} — trop volumineux pour base64 ({size} octets)"),
+        )),
+        FileOutcome::OverBudget { size, spent, max } => Err(business(
+            format!(
                 "Budget base64 de la requête épuisé : ce fichier ({size} octets) porterait au-delà de {max} octets le total rendu en mode=\"base64\" par une même requête HTTP ({spent} octets déjà rendus). Faire un seul appel mode=\"base64\" par requête, ou utiliser mode=\"lien\" pour obtenir une URL de téléchargement."
-            )),
-            Some(refused_line(&format!(
+            ),
+            format!(
                 "{head} — budget base64 de la requête dépassé ({size} octets, {spent} déjà rendus)"
-            ))),
-        ),
-        FileOutcome::TooMany { max } => shape(
-            version,
-            Failure::Business(format!(
+            ),
+        )),
+        FileOutcome::TooMany { max } => Err(business(
+            format!(
                 "Trop d'appels mode=\"base64\" dans une même requête HTTP : au plus {max} fichiers y sont rendus en base64, cet appel n'a pas été exécuté. Faire un seul appel mode=\"base64\" par requête, ou utiliser mode=\"lien\" pour obtenir une URL de téléchargement."
-            )),
-            Some(refused_line(&format!(
-                "{head} — trop d'appels base64 dans la requête (au plus {max})"
-            ))),
-        ),
-        FileOutcome::Error(why) => shape(
-            version,
+            ),
+            format!("{head} — trop d'appels base64 dans la requête (au plus {max})"),
+        )),
+        FileOutcome::Error(why) => Err((
             Failure::Internal,
             Some(error_line(&format!("{head} — erreur du stockage : {why}"))),
-        ),
+        )),
         FileOutcome::Found {
             size,
             content,
@@ -345,27 +342,23 @@ pub fn call(
                     "taille_octets": size,
                 }),
                 (Mode::Base64, None) => {
-                    return shape(
-                        version,
+                    return Err((
                         Failure::Internal,
                         Some(error_line(&format!("{head} — contenu non lu"))),
-                    );
+                    ));
                 }
                 (Mode::Lien, _) => json!({
                     "nom": name.as_str(),
                     "url_telechargement": capability_url(
                         ctx.base_url,
                         ctx.access_token,
-                        &name,
+                        name,
                         upload,
                     ),
                     "taille_octets": size,
                 }),
             };
-            CallOutcome {
-                result: Ok(success(version, &name, mode, structured)),
-                log_line: Some(ok_line(&head)),
-            }
+            Ok(success(version, name, mode, structured))
         }
     }
 }

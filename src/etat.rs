@@ -591,6 +591,16 @@ impl Report {
     pub fn text(&self) -> String {
         let mut out = Vec::new();
         let mut say = |s: String| out.push(s);
+        self.say_verdict(&mut say);
+        self.say_content(&mut say);
+        self.say_totals_check(&mut say);
+        self.say_index(&mut say);
+        self.say_log(&mut say);
+        out.join("\n") + "\n"
+    }
+
+    /// The verdict and its reasons, the program and its store, then every alert.
+    fn say_verdict(&self, say: &mut impl FnMut(String)) {
         // First, the verdict and its reasons on one line: what Nagios shows.
         let verdict = match self.verdict {
             Verdict::Ok => "OK",
@@ -621,6 +631,10 @@ impl Report {
             };
             say(format!("  {level} : {}", a.message));
         }
+    }
+
+    /// What the store holds, against its capacity; whether its lock was free.
+    fn say_content(&self, say: &mut impl FnMut(String)) {
         match (self.files, self.bytes) {
             (Some(f), Some(b)) => say(format!(
                 "contenu (totaux tenus) : {} fichier{}, {}",
@@ -644,6 +658,10 @@ impl Report {
         if self.lock_busy {
             say("verrou du dépôt : occupé (totaux lus sans lui)".to_string());
         }
+    }
+
+    /// The last check of the kept totals, one running, and `--compter`'s count beside them.
+    fn say_totals_check(&self, say: &mut impl FnMut(String)) {
         let check = &self.totals_check;
         say(format!(
             "dernier contrôle des totaux : {}",
@@ -686,6 +704,10 @@ impl Report {
             };
             say(format!("  {gap}{exact}"));
         }
+    }
+
+    /// The expiry index, the walk that keeps it, and the last sweep.
+    fn say_index(&self, say: &mut impl FnMut(String)) {
         let i = &self.index;
         let due = match i.oldest_due {
             None => "rien d'échu en attente".to_string(),
@@ -738,6 +760,10 @@ impl Report {
             "dernier balayage terminé : {}",
             when(self.sweep.last, self.sweep.age)
         ));
+    }
+
+    /// The log file, its errors of the last hour and the last of them.
+    fn say_log(&self, say: &mut impl FnMut(String)) {
         let l = &self.log;
         match l.last_line {
             None => say(format!("journal : {} absent", l.file)),
@@ -757,7 +783,6 @@ impl Report {
                 say(format!("  {e}"));
             }
         }
-        out.join("\n") + "\n"
     }
 }
 

@@ -34,8 +34,11 @@ verifier_repondeurs() {
             || echec "le répondeur minimal avec les appels de la spécification ne sert pas petit.bin du dépôt"
         # Ses en-têtes sont une copie (SPEC_HEAD, bench/appels-spec.h) : ceux du programme ne
         # doivent pas en avoir changé sans elle, sinon le plancher ne mesure plus le même contrat.
-        [ "$(entetes_compares "$(dl petit.bin)")" = "$(entetes_compares "$URL_MINI_SPEC/download.php?fichier=petit.bin")" ] \
-            || echec "les en-têtes du programme ne sont plus ceux de SPEC_HEAD (bench/appels-spec.h) : $(diff <(entetes_compares "$(dl petit.bin)") <(entetes_compares "$URL_MINI_SPEC/download.php?fichier=petit.bin") | tr '\n' ' ')"
+        local programme plancher
+        programme="$(entetes_compares "$(dl petit.bin)")"
+        plancher="$(entetes_compares "$URL_MINI_SPEC/download.php?fichier=petit.bin")"
+        [ "$programme" = "$plancher" ] \
+            || echec "les en-têtes du programme ne sont plus ceux de SPEC_HEAD (bench/appels-spec.h) : $(diff <(echo "$programme") <(echo "$plancher") | tr '\n' ' ')"
     fi
 }
 # Les en-têtes d'un GET, sans ceux qu'Apache ajoute lui-même ni la valeur de l'ETag (propre à

@@ -442,4 +442,91 @@ mod tests {
             );
         }
     }
+
+    /// Every way a call is refused, with its JSON-RPC code and message in the legacy era, its
+    /// HTTP status, whether the modern era makes it an `isError` result, and its log line.
+    #[test]
+    fn every_refusal_keeps_its_code_message_and_log_line() {
+        let ctx = ToolCtx {
+            base_url: "https://d.example",
+            access_token: TOKEN,
+            deletion_delays: "1 h après le dépôt",
+        };
+        let tool = |args: Value| json!({"name": TOOL_NAME, "arguments": args});
+        let head = |mode: &str, name: &str| {
+            format!("MCP tools/call {TOOL_NAME}(mode={mode}) — \"{name}\"")
+        };
+        let bad_name = Name::parse(b"..").unwrap_err();
+        // (params, what the store says, code, message, HTTP status, log line)
+        let cases: Vec<(Value, FileOutcome, i64, String, u16, Option<String>)> = vec![
+            (json!(1), FileOutcome::Missing, -32602,
+             "Invalid params: params must be an object".into(), 200, None),
+            (json!({}), FileOutcome::Missing, -32602,
+             "Invalid params: params.name must be a string".into(), 200, None),
+            (json!({"name": "foo"}), FileOutcome::Missing, -32602,
+             "Unknown tool: foo".into(), 200, None),
+            (json!({"name": TOOL_NAME, "arguments": 3}), FileOutcome::Missing, -32602,
+             "Invalid params: arguments must be an object".into(), 200, None),
+            (tool(json!({"mode": "zip", "nom_fichier": "a.txt"})), FileOutcome::Missing, -32602,
+             "Argument « mode » invalide (\"zip\") : valeurs permises « lien » (par défaut) ou « base64 ».".into(),
+             200, Some(refused_line(&format!("MCP tools/call {TOOL_NAME}(mode=?) — mode invalide \"zip\"")))),
+            (tool(json!({"mode": "base64"})), FileOutcome::Missing, -32602,
+             "Argument « nom_fichier » manquant ou qui n'est pas une chaîne : donner le nom exact renvoyé par upload.php.".into(),
+             200, Some(refused_line(&format!("MCP tools/call {TOOL_NAME}(mode=base64) — nom_fichier absent")))),
+            (tool(json!({"nom_fichier": ".."})), FileOutcome::Missing, -32602,
+             format!("Nom de fichier invalide : {bad_name}."),
+             200, Some(refused_line(&format!("MCP tools/call {TOOL_NAME}(mode=lien) — nom invalide \"..\" ({bad_name})")))),
+            (tool(json!({"nom_fichier": "a.txt"})), FileOutcome::Missing, -32000,
+             "Fichier introuvable ou expiré : « a.txt ». Les fichiers sont effacés automatiquement (1 h après le dépôt) ; le déposer à nouveau avec upload.php.".into(),
+             200, Some(refused_line(&format!("{} — introuvable ou expiré", head("lien", "a.txt"))))),
+            (tool(json!({"nom_fichier": "a.txt"})), FileOutcome::Busy { retry_after: 3 }, -32000,
+             "Stockage momentanément occupé (verrou tenu par un autre serveur ou processus) : réessayer dans 3 s.".into(),
+             200, Some(error_line(&format!("{} — stockage occupé (verrou non obtenu à temps)", head("lien", "a.txt"))))),
+            (tool(json!({"mode": "base64", "nom_fichier": "a.txt"})), FileOutcome::TooLarge { size: 11, max: 10 }, -32000,
+             "Fichier trop volumineux pour mode=\"base64\" (11 octets, maximum 10) : utiliser mode=\"lien\" pour obtenir une URL de téléchargement.".into(),
+             200, Some(refused_line(&format!("{} — trop volumineux pour base64 (11 octets)", head("base64", "a.txt"))))),
+            (tool(json!({"mode": "base64", "nom_fichier": "a.txt"})), FileOutcome::OverBudget { size: 6, spent: 5, max: 10 }, -32000,
+             "Budget base64 de la requête épuisé : ce fichier (6 octets) porterait au-delà de 10 octets le total rendu en mode=\"base64\" par une même requête HTTP (5 octets déjà rendus). Faire un seul appel mode=\"base64\" par requête, ou utiliser mode=\"lien\" pour obtenir une URL de téléchargement.".into(),
+             200, Some(refused_line(&format!("{} — budget base64 de la requête dépassé (6 octets, 5 déjà rendus)", head("base64", "a.txt"))))),
+            (tool(json!({"mode": "base64", "nom_fichier": "a.txt"})), FileOutcome::TooMany { max: 4 }, -32000,
+             "Trop d'appels mode=\"base64\" dans une même requête HTTP : au plus 4 fichiers y sont rendus en base64, cet appel n'a pas été exécuté. Faire un seul appel mode=\"base64\" par requête, ou utiliser mode=\"lien\" pour obtenir une URL de téléchargement.".into(),
+             200, Some(refused_line(&format!("{} — trop d'appels base64 dans la requête (au plus 4)", head("base64", "a.txt"))))),
+            (tool(json!({"nom_fichier": "a.txt"})), FileOutcome::Error("disque plein".into()), -32603,
+             "Erreur interne du serveur (stockage).".into(),
+             500, Some(error_line(&format!("{} — erreur du stockage : disque plein", head("lien", "a.txt"))))),
+            (tool(json!({"mode": "base64", "nom_fichier": "a.txt"})), FileOutcome::Found { size: 3, content: None, upload: UP }, -32603,
+             "Erreur interne du serveur (stockage).".into(),
+             500, Some(error_line(&format!("{} — contenu non lu", head("base64", "a.txt"))))),
+        ];
+        for (params, outcome, code, message, status, line) in cases {
+            let mut files = |_: &Name, _: Mode| outcome.clone();
+            let out = call(&ctx, Version::V2025_03_26, Some(&params), &mut files);
+            let err = out.result.expect_err(&message);
+            assert_eq!(
+                (err.code, &err.message, err.status),
+                (code, &message, status),
+                "{params}"
+            );
+            assert_eq!(out.log_line, line, "{params}");
+            // The modern era answers bad arguments and store refusals as a result with isError,
+            // holding the same message; the others stay JSON-RPC errors.
+            let modern = call(&ctx, Version::V2026_07_28, Some(&params), &mut files);
+            let in_result = code == -32000 || (code == -32602 && line.is_some());
+            match modern.result {
+                Ok(r) => {
+                    assert!(in_result, "{params}: {r}");
+                    assert_eq!(
+                        r,
+                        json!({"content": [{"type": "text", "text": message}], "isError": true})
+                    );
+                }
+                Err(e) => assert!(
+                    !in_result && e.message == message,
+                    "{params}: {}",
+                    e.message
+                ),
+            }
+            assert_eq!(modern.log_line, line, "{params}");
+        }
+    }
 }

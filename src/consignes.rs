@@ -89,7 +89,8 @@ Dans tous les cas :
 pub fn resumable_function(upload_url: &str, token: &str) -> String {
     format!(
         r#"depot_envoyer() (
-  f=$1; n=${{2:-${{1##*/}}}}; p=8388608; e=0; l=; k=
+  f=$1; n=${{2:-${{1##*/}}}}; p=8388608; e=0; l=; k=; z='
+'
   u='{upload_url}'; a='Authorization: Bearer {token}'
   t=$(wc -c <"$f") || return 1; t=$((t))
   o=; for x in $(sha256sum "$f" | cut -c1-64 | sed 's/../& /g'); do o="$o\\0$(printf %o "0x$x")"; done
@@ -117,7 +118,7 @@ pub fn resumable_function(upload_url: &str, token: &str) -> String {
       k=${{r%:*}}; k=${{k##*[!0-9]}}
     fi
     case ${{r##*:}} in
-      200) printf '%s' "${{r%:*}}"; return 0 ;;
+      200) printf '%s\n' "${{r%%"$z"*}}"; return 0 ;;
       201|204) e=0 ;;
       409) e=$((e + 1)); sleep 1 ;;
       1??|5??|000|'') e=$((e + 1)); k=; sleep 1 ;;

@@ -47,6 +47,11 @@ pub enum ApiError {
     LongueurIncoherente(String),
     /// The resumable upload was already published: nothing can be appended.
     RepriseTerminee,
+    /// As many resumable uploads are unfinished as the store allows (`nombre_max_reprises_en_cours`).
+    TooManyResumables(u64),
+    /// Another request still writes to the resumable upload after the offset query (or the
+    /// state, or a cancellation) waited for it: ask again.
+    ResumableWriting,
     /// The configuration (or the folders it names) cannot be used: the reason, for the site's
     /// error log only (it names paths and keys, which the public is not told).
     ServeurMalConfigure(String),
@@ -68,8 +73,8 @@ impl ApiError {
             ApiError::FichierIntrouvable => 404,
             ApiError::MethodeNonAutorisee(_) => 405,
             ApiError::PlageInvalide(_) => 416,
-            ApiError::StockagePlein(_) => 507,
-            ApiError::StockageOccupe(_) => 503,
+            ApiError::StockagePlein(_) | ApiError::TooManyResumables(_) => 507,
+            ApiError::StockageOccupe(_) | ApiError::ResumableWriting => 503,
             ApiError::ErreurInterne(_) | ApiError::ServeurMalConfigure(_) => 500,
         }
     }
@@ -90,9 +95,10 @@ impl ApiError {
             ApiError::EmpreinteIncorrecte { .. } => "empreinte_incorrecte",
             ApiError::RepriseIntrouvable => "reprise_introuvable",
             ApiError::DecalageIncorrect(_) => "decalage_incorrect",
-            ApiError::RepriseOccupee => "reprise_occupee",
+            ApiError::RepriseOccupee | ApiError::ResumableWriting => "reprise_occupee",
             ApiError::LongueurIncoherente(_) => "longueur_incoherente",
             ApiError::RepriseTerminee => "reprise_terminee",
+            ApiError::TooManyResumables(_) => "trop_de_reprises",
         }
     }
 
@@ -153,6 +159,15 @@ impl ApiError {
                  adresse rend la réponse du dépôt)."
                     .into()
             }
+            ApiError::ResumableWriting => {
+                "Une requête écrit encore dans cette reprise : redemander le décalage (HEAD) dans \
+                 un instant (en-tête Retry-After)."
+                    .into()
+            }
+            ApiError::TooManyResumables(max) => format!(
+                "Trop de dépôts avec reprise inachevés ({max} au plus) : en terminer ou en \
+                 annuler (DELETE de leur adresse), ou attendre qu'ils expirent, puis réessayer."
+            ),
             ApiError::ServeurMalConfigure(_) => {
                 "Serveur mal configuré : la raison est écrite dans le journal d'erreurs du site \
                  (mod_fcgid, mod_cgi ; celui du serveur avec mod_cgid), et « depot-fichiers \
@@ -188,8 +203,14 @@ impl ApiError {
             ApiError::RepriseIntrouvable => "reprise introuvable ou expirée".into(),
             ApiError::DecalageIncorrect(at) => format!("décalage incorrect (attendu {at})"),
             ApiError::RepriseOccupee => "reprise occupée par une autre requête".into(),
+            ApiError::ResumableWriting => {
+                "reprise encore occupée par une autre requête après l'attente".into()
+            }
             ApiError::LongueurIncoherente(why) => format!("longueur incohérente ({why})"),
             ApiError::RepriseTerminee => "reprise déjà publiée".into(),
+            ApiError::TooManyResumables(max) => {
+                format!("trop de reprises inachevées ({max} au plus)")
+            }
             ApiError::ServeurMalConfigure(d) => format!("serveur mal configuré ({d})"),
         }
     }
@@ -206,7 +227,7 @@ impl ApiError {
             ApiError::TokenInvalide => r.header("WWW-Authenticate", "Bearer"),
             ApiError::StockageOccupe(secs) => r.header("Retry-After", secs.to_string()),
             ApiError::DecalageIncorrect(at) => r.header("Upload-Offset", at.to_string()),
-            ApiError::RepriseOccupee => r.header("Retry-After", "1"),
+            ApiError::RepriseOccupee | ApiError::ResumableWriting => r.header("Retry-After", "1"),
             ApiError::ServeurMalConfigure(why) => r.with_diagnostic(why.clone()),
             _ => r,
         }
@@ -225,6 +246,7 @@ impl From<StoreError> for ApiError {
             StoreError::Full(why) => ApiError::StockagePlein(why),
             StoreError::TooLarge { max } => ApiError::FichierTropVolumineux(max),
             StoreError::Busy => ApiError::StockageOccupe(retry_after_secs()),
+            StoreError::TooManyResumables { max } => ApiError::TooManyResumables(max),
             StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
             StoreError::DigestMismatch { stated, received } => ApiError::EmpreinteIncorrecte {
                 annoncee: stated,
@@ -242,6 +264,10 @@ impl From<ResumableError> for ApiError {
             ResumableError::Offset { expected } => ApiError::DecalageIncorrect(expected),
             ResumableError::Length(why) => ApiError::LongueurIncoherente(why),
             ResumableError::Completed => ApiError::RepriseTerminee,
+            ResumableError::DigestContradicts(already) => ApiError::RequeteInvalide(format!(
+                "Repr-Digest contredit l'empreinte SHA-256 annoncée plus tôt pour ce fichier \
+                 ({already})"
+            )),
             ResumableError::Store(e) => e.into(),
         }
     }
@@ -300,6 +326,8 @@ mod tests {
                 "longueur_incoherente",
             ),
             (ApiError::RepriseTerminee, 400, "reprise_terminee"),
+            (ApiError::TooManyResumables(3), 507, "trop_de_reprises"),
+            (ApiError::ResumableWriting, 503, "reprise_occupee"),
         ];
         for (e, status, code) in all {
             let r = e.to_response();

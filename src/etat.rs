@@ -979,6 +979,7 @@ mod tests {
                 removed: 0,
             },
             checked_at: 0,
+            resumables: Tally::default(),
         };
         let seen = Count {
             files: 4,

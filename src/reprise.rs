@@ -22,6 +22,8 @@
 //! A multipart `POST` with `Upload-Complete` is an ordinary upload (the draft lets a server
 //! ignore the field).
 
+use std::time::{Duration, Instant};
+
 use serde_json::json;
 
 use crate::app::{App, bearer_matches};
@@ -30,7 +32,10 @@ use crate::error::ApiError;
 use crate::http::{Body, Request, Response};
 use crate::log::quoted;
 use crate::names::Name;
-use crate::store::{Published, Resumable, ResumableId, ResumableWriter, now_secs};
+use crate::store::{
+    Published, Resumable, ResumableError, ResumableId, ResumableState, ResumableWriter, StoreError,
+    now_secs,
+};
 use crate::upload;
 
 /// The query parameter that names an upload resource.
@@ -142,7 +147,10 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             ));
             let mut response = r.error.to_response();
             for (name, value) in r.headers {
-                response = response.header(name, value);
+                // The error's own (a 409's `Upload-Offset`) stands.
+                if response.get_header(name).is_none() {
+                    response = response.header(name, value);
+                }
             }
             response
         }
@@ -166,16 +174,16 @@ async fn serve(app: &App, req: &mut Request) -> Result<Done, Refusal> {
         .ok_or(ApiError::RepriseIntrouvable)?;
     match op {
         Op::Offset => Ok(Done {
-            response: offset(app, &app.store.resumable(&id)?),
+            response: offset(app, &settled(app, &id).await?),
             log: None,
         }),
         Op::State => Ok(Done {
-            response: state(app, &app.store.resumable(&id)?)?,
+            response: state(app, &settled(app, &id).await?)?,
             log: None,
         }),
         Op::Append => append(app, req, &id).await,
         Op::Cancel => {
-            let state = app.store.cancel_resumable(&id)?;
+            let state = until_settled(|| app.store.cancel_resumable(&id)).await?;
             Ok(Done {
                 response: Response::new(204).header("Cache-Control", "no-store"),
                 log: Some(format!(
@@ -187,6 +195,36 @@ async fn serve(app: &App, req: &mut Request) -> Result<Done, Refusal> {
         }
         Op::Options | Op::Create => unreachable!("answered above"),
     }
+}
+
+/// How long the offset query, the state and a cancellation wait for a request that is writing
+/// to the upload (the draft: the offset answered is the one the next part is accepted at): under
+/// Apache and nginx, which read a whole body before handing it over, a writer holds the upload
+/// for as long as it takes to write what it received.
+const SETTLE_WAIT: Duration = Duration::from_secs(5);
+/// Between two looks at a held upload.
+const SETTLE_POLL: Duration = Duration::from_millis(20);
+
+/// `attempt` again while another request writes to the upload ([`ResumableError::Busy`]),
+/// for [`SETTLE_WAIT`] at most; past it, 503 `reprise_occupee` with `Retry-After`.
+async fn until_settled<T>(
+    mut attempt: impl FnMut() -> Result<T, ResumableError>,
+) -> Result<T, ApiError> {
+    let started = Instant::now();
+    loop {
+        match attempt() {
+            Err(ResumableError::Busy) if started.elapsed() < SETTLE_WAIT => {
+                tokio::time::sleep(SETTLE_POLL).await;
+            }
+            Err(ResumableError::Busy) => return Err(ApiError::ResumableWriting),
+            other => return other.map_err(ApiError::from),
+        }
+    }
+}
+
+/// The upload `id` once no request writes to it (see [`until_settled`]).
+async fn settled(app: &App, id: &ResumableId) -> Result<Resumable, ApiError> {
+    until_settled(|| app.store.resumable_settled(id)).await
 }
 
 /// `OPTIONS`: what a client may ask of this resource, and the limits.
@@ -207,7 +245,10 @@ fn options(app: &App, req: &Request) -> Response {
 }
 
 /// `POST` with `Upload-Complete`: checks the fields, creates the upload (the length reserved),
-/// then takes the body, if any, as its first part.
+/// then takes the body, if any, as its first part. Always `201` with `Location` when the upload
+/// was created and its first part (or the whole file) went in; a creation that fails leaves
+/// nothing behind: without a `104` interim answer (which no FastCGI program can send) its sender
+/// never learnt where the upload was, so its reservation would be out of anyone's reach.
 async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
     let complete = required(req, "Upload-Complete", boolean)?;
     let announced = optional(req, "Upload-Length", integer)?;
@@ -234,52 +275,115 @@ async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
         ))
         .into());
     }
-    let digest = match req.header("Repr-Digest") {
-        Some(field) => Some(empreinte::repr_digest(field).map_err(ApiError::RequeteInvalide)?),
-        None => None,
-    };
-    if length > app.cfg.limits.max_file_bytes {
-        return Err(limited(
-            ApiError::FichierTropVolumineux(app.cfg.limits.max_file_bytes),
-            app,
-        ));
-    }
+    let digest = stated_digest(req)?;
+    app.store
+        .admit_length(length)
+        .map_err(|e| limited(e.into(), app))?;
     let name = name_of(req)?;
-    let (id, state) = app.store.create_resumable(&name, length, digest)?;
+    let (id, state) = app
+        .store
+        .create_resumable(&name, length, digest)
+        .map_err(|e| match e {
+            e @ StoreError::TooLarge { .. } => limited(e.into(), app),
+            e => e.into(),
+        })?;
     let created = format!(
         "reprise \"{}\" créée ({length} octets annoncés, {})",
         quoted(name.as_str()),
         id.short()
     );
-    if body.unwrap_or(0) == 0 && !complete {
-        let location = location(app, &id);
-        let deadline = now_secs() + app.cfg.expiry.max_idle_secs as i64;
-        let response = Response::json(
-            201,
-            &json!({
-                "succes": true,
-                "reprise": id.hex(),
-                "url_reprise": location,
-                "nom": name.as_str(),
-                "taille_octets": length,
-                "decalage": 0,
-                "expire_si_inactif_dans_secondes": app.cfg.expiry.max_idle_secs,
-            }),
-        );
-        return Ok(Done {
-            response: upload_headers(response, 0, false, length)
-                .header("Location", location)
-                .header("Upload-Limit", limits(app, state.cree_a, deadline)),
-            log: Some(created),
-        });
-    }
-    app.log.ok(&format!("POST /upload.php — {created}"));
-    let writer = app.store.resumable_writer(&id)?;
-    write_body(app, req, writer, complete).await
+    let location = location(app, &id);
+    let first = if body.unwrap_or(0) == 0 && !complete {
+        None
+    } else {
+        app.log.ok(&format!("POST /upload.php — {created}"));
+        let written = match app.store.resumable_writer(&id) {
+            Ok(writer) => write_body(app, req, writer, complete).await,
+            Err(e) => Err(Refusal::from(e)),
+        };
+        match written {
+            Ok(w) => Some(w),
+            Err(mut refusal) => {
+                // Out of the sender's reach: gone, its reservation given back.
+                let _ = until_settled(|| app.store.cancel_resumable(&id)).await;
+                refusal.headers.retain(|(h, _)| !h.starts_with("Upload-"));
+                return Err(refusal);
+            }
+        }
+    };
+    let mut response = match &first {
+        Some(Written::Published(p)) => published_answer(app, p).header("Location", location),
+        Some(Written::Part { at, .. }) => creation_answer(app, &id, &state, *at),
+        None => creation_answer(app, &id, &state, 0),
+    };
+    response.status = 201;
+    let log = match first {
+        None => Some(created),
+        Some(w) => Some(w.log_words(&id)),
+    };
+    Ok(Done { response, log })
 }
 
-/// `PATCH`: a part at `Upload-Offset`, the last one when `Upload-Complete: ?1`.
+/// The `201` of a creation whose upload is not complete: where it is and where it stands.
+fn creation_answer(app: &App, id: &ResumableId, state: &ResumableState, at: u64) -> Response {
+    let location = location(app, id);
+    let deadline = now_secs() + app.cfg.expiry.max_idle_secs as i64;
+    let response = Response::json(
+        201,
+        &json!({
+            "succes": true,
+            "reprise": id.hex(),
+            "url_reprise": location,
+            "nom": state.nom,
+            "taille_octets": state.taille_octets,
+            "decalage": at,
+            "expire_si_inactif_dans_secondes": app.cfg.expiry.max_idle_secs,
+        }),
+    );
+    upload_headers(response, at, false, state.taille_octets)
+        .header("Location", location)
+        .header("Upload-Limit", limits(app, state.cree_a, deadline))
+}
+
+/// `PATCH`: a part at `Upload-Offset`, the last one when `Upload-Complete: ?1`. A refusal says
+/// where the upload really stands (`Upload-Offset`, `Upload-Complete`) when it still exists.
 async fn append(app: &App, req: &mut Request, id: &ResumableId) -> Result<Done, Refusal> {
+    match append_part(app, req, id).await {
+        Ok(written) => {
+            let log = Some(written.log_words(id));
+            let response = match written {
+                Written::Published(p) => published_answer(app, &p),
+                Written::Part { at, length, .. } => {
+                    upload_headers(Response::new(204), at, false, length)
+                }
+            };
+            Ok(Done { response, log })
+        }
+        Err(mut refusal) => {
+            let said = |h: &str| refusal.headers.iter().any(|(n, _)| *n == h);
+            if !said("Upload-Complete")
+                && let Ok(r) = app.store.resumable(id)
+            {
+                let complete = r.state.publie.is_some();
+                // While another request writes, the recorded offset may not be the next one.
+                if !matches!(refusal.error, ApiError::RepriseOccupee) {
+                    let at = if complete {
+                        r.state.taille_octets
+                    } else {
+                        r.state.decalage
+                    };
+                    refusal.headers.push(("Upload-Offset", at.to_string()));
+                }
+                refusal
+                    .headers
+                    .push(("Upload-Complete", if complete { "?1" } else { "?0" }.into()));
+            }
+            Err(refusal)
+        }
+    }
+}
+
+async fn append_part(app: &App, req: &mut Request, id: &ResumableId) -> Result<Written, Refusal> {
     let media = req.header("Content-Type").unwrap_or("");
     let media = media.split(';').next().unwrap_or("").trim();
     if !media.eq_ignore_ascii_case(PARTIAL_UPLOAD) {
@@ -292,7 +396,8 @@ async fn append(app: &App, req: &mut Request, id: &ResumableId) -> Result<Done, 
     let complete = required(req, "Upload-Complete", boolean)?;
     let announced = optional(req, "Upload-Length", integer)?;
     let body = body_length(req)?;
-    let writer = app.store.resumable_writer(id)?;
+    let digest = stated_digest(req)?;
+    let mut writer = app.store.resumable_writer(id)?;
     let length = writer.state().taille_octets;
     if announced.is_some_and(|l| l != length) {
         return Err(ApiError::LongueurIncoherente(format!(
@@ -304,36 +409,76 @@ async fn append(app: &App, req: &mut Request, id: &ResumableId) -> Result<Done, 
         return Err(ApiError::DecalageIncorrect(writer.offset()).into());
     }
     if let Some(b) = body {
-        if at + b > length {
+        let end = at.checked_add(b).filter(|&end| end <= length);
+        let Some(end) = end else {
             return Err(ApiError::LongueurIncoherente(format!(
                 "la partie ({b} octets à partir de l'octet {at}) dépasse la longueur annoncée \
                  ({length} octets)"
             ))
             .into());
-        }
-        if complete && at + b != length {
+        };
+        if complete && end != length {
             return Err(ApiError::LongueurIncoherente(format!(
-                "dernière partie (Upload-Complete: ?1) qui s'arrête à l'octet {} sur {length}",
-                at + b
+                "dernière partie (Upload-Complete: ?1) qui s'arrête à l'octet {end} sur {length}"
             ))
             .into());
         }
     }
+    if let Some(d) = digest {
+        writer.state_sha256(d)?;
+    }
     write_body(app, req, writer, complete).await
 }
 
+/// What a request's body did to an upload.
+enum Written {
+    /// A part went in (not the last): the upload stands at `at` of `length`.
+    Part {
+        at: u64,
+        length: u64,
+        received: u64,
+        name: String,
+    },
+    /// The last part went in and the file was published.
+    Published(Published),
+}
+
+impl Written {
+    /// The log line's words.
+    fn log_words(&self, id: &ResumableId) -> String {
+        match self {
+            Written::Part {
+                at,
+                length,
+                received,
+                name,
+            } => format!(
+                "reprise \"{}\" ({}) : {received} octets reçus, {at} sur {length}",
+                quoted(name),
+                id.short()
+            ),
+            Written::Published(p) => format!(
+                "dépôt \"{}\" ({} octets, reprise {})",
+                quoted(&p.sidecar.nom_original),
+                p.sidecar.taille_octets,
+                id.short()
+            ),
+        }
+    }
+}
+
 /// Writes the body at the writer's offset, with a checkpoint every
-/// [`crate::store::CHECKPOINT_BYTES`] and one at the end, however the body ends; then, for the
-/// last part, the publication.
+/// [`crate::store::CHECKPOINT_BYTES`] and one at the end, however the body ends (what arrived is
+/// kept: the sender resumes from the offset the refusal says); then, for the last part, the
+/// publication.
 async fn write_body(
     app: &App,
     req: &mut Request,
     mut writer: ResumableWriter,
     complete: bool,
-) -> Result<Done, Refusal> {
+) -> Result<Written, Refusal> {
     let mut body = std::mem::replace(&mut req.body, Body::empty());
     let from = writer.offset();
-    let id = *writer.id();
     let name = writer.state().nom.clone();
     let failed = loop {
         match body.chunk().await {
@@ -354,44 +499,44 @@ async fn write_body(
             }
         }
     };
-    if let Some(refusal) = failed {
-        // What arrived is kept: the sender resumes from the offset it asks for.
-        let _ = checkpoint(app, writer).await;
+    if let Some(mut refusal) = failed {
+        if let Ok(writer) = checkpoint(app, writer).await {
+            refusal.headers.extend(where_it_stands(&writer));
+        }
         return Err(refusal);
     }
     let received = writer.offset() - from;
     if !complete {
         let writer = checkpoint(app, writer).await?;
-        let at = writer.offset();
-        let length = writer.state().taille_octets;
-        let response = upload_headers(Response::new(204), at, false, length);
-        return Ok(Done {
-            response,
-            log: Some(format!(
-                "reprise \"{}\" ({}) : {received} octets reçus, {at} sur {length}",
-                quoted(&name),
-                id.short()
-            )),
+        return Ok(Written::Part {
+            at: writer.offset(),
+            length: writer.state().taille_octets,
+            received,
+            name,
         });
     }
     let published = app
         .with_store(move |store| writer.complete(store))
         .await
         .map_err(Refusal::from)?
-        .map_err(|e| Refusal {
-            error: e.into(),
-            headers: vec![("Upload-Complete", "?1".into())],
+        .map_err(|e| {
+            let mut refusal = Refusal::from(e);
+            if matches!(refusal.error, ApiError::EmpreinteIncorrecte { .. }) {
+                // The final answer of the upload, which is gone (the draft: `?1` says the
+                // resource itself refused the representation; resuming would not help).
+                refusal.headers.push(("Upload-Complete", "?1".into()));
+            }
+            refusal
         })?;
-    let name = Name::parse(published.sidecar.nom_original.as_bytes())?;
-    Ok(Done {
-        response: published_answer(app, &name, &published),
-        log: Some(format!(
-            "dépôt \"{}\" ({} octets, reprise {})",
-            quoted(name.as_str()),
-            published.sidecar.taille_octets,
-            id.short()
-        )),
-    })
+    Ok(Written::Published(published))
+}
+
+/// `Upload-Offset` and `Upload-Complete: ?0` of an unfinished upload whose writer this is.
+fn where_it_stands(writer: &ResumableWriter) -> [(&'static str, String); 2] {
+    [
+        ("Upload-Offset", writer.state().decalage.to_string()),
+        ("Upload-Complete", "?0".into()),
+    ]
 }
 
 /// Makes what the writer wrote durable, on the blocking pool of a process that serves many
@@ -403,8 +548,25 @@ async fn checkpoint(app: &App, mut writer: ResumableWriter) -> Result<ResumableW
             (writer, done)
         })
         .await?;
-    done?;
-    Ok(writer)
+    match done {
+        Ok(()) => Ok(writer),
+        Err(e) => {
+            let mut refusal = Refusal::from(e);
+            refusal.headers.extend(where_it_stands(&writer));
+            Err(refusal)
+        }
+    }
+}
+
+/// The SHA-256 a request states for the whole file (`Repr-Digest`, RFC 9530), if any: a field
+/// that names no SHA-256 the program can check is refused, never ignored.
+fn stated_digest(req: &Request) -> Result<Option<[u8; 32]>, ApiError> {
+    match req.header("Repr-Digest") {
+        Some(field) => Ok(Some(
+            empreinte::repr_digest(field).map_err(ApiError::RequeteInvalide)?,
+        )),
+        None => Ok(None),
+    }
 }
 
 /// `HEAD`: where the upload stands.
@@ -419,12 +581,11 @@ fn offset(app: &App, r: &Resumable) -> Response {
 /// `GET`: the state, or the publication's answer.
 fn state(app: &App, r: &Resumable) -> Result<Response, Refusal> {
     if let Some(p) = &r.state.publie {
-        let name = Name::parse(p.fiche.nom_original.as_bytes())?;
         let published = Published {
             sidecar: p.fiche.clone(),
             sha256_hex: p.sha256.clone(),
         };
-        return Ok(published_answer(app, &name, &published));
+        return Ok(published_answer(app, &published));
     }
     let location = location(app, &r.id);
     let response = Response::json(
@@ -448,9 +609,20 @@ fn state(app: &App, r: &Resumable) -> Result<Response, Refusal> {
     ))
 }
 
-/// The one-shot upload's answer, with what the draft adds for the last part.
-fn published_answer(app: &App, name: &Name, published: &Published) -> Response {
-    let mut response = upload::success(app, name, published).header("Upload-Complete", "?1");
+/// The one-shot upload's answer, with what the draft adds for the last part: the upload's offset
+/// (its length) and `Upload-Complete: ?1`, and the digest of what was published.
+fn published_answer(app: &App, published: &Published) -> Response {
+    let length = published.sidecar.taille_octets;
+    let name = match Name::parse(published.sidecar.nom_original.as_bytes()) {
+        Ok(name) => name,
+        // Written by the choke point at creation: a state that says otherwise was not ours.
+        Err(e) => {
+            return ApiError::ErreurInterne(format!("nom publié illisible : {e}")).to_response();
+        }
+    };
+    let mut response = upload::success(app, &name, published)
+        .header("Upload-Offset", length.to_string())
+        .header("Upload-Complete", "?1");
     if let Some(digest) = empreinte::hex_field(published.sha256_hex.as_bytes()) {
         response = response.header("Repr-Digest", empreinte::repr_digest_field(&digest));
     }
@@ -477,8 +649,12 @@ fn limits(app: &App, created: i64, deadline: i64) -> String {
     )
 }
 
-/// A 413 for a length over `taille_max_fichier_octets` carries `Upload-Limit` (the draft).
+/// A 413 for a length over `taille_max_fichier_octets` carries `Upload-Limit` (the draft); any
+/// other error goes as it is.
 fn limited(error: ApiError, app: &App) -> Refusal {
+    if !matches!(error, ApiError::FichierTropVolumineux(_)) {
+        return error.into();
+    }
     Refusal {
         error,
         headers: vec![(

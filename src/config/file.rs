@@ -56,6 +56,8 @@ pub(super) struct File {
     #[serde(default)]
     pub taille_max_totale_octets: Bounded<0, { 1024 * TIB }, 0>,
     #[serde(default)]
+    pub nombre_max_reprises_en_cours: Bounded<1, 1_000_000, 1024>,
+    #[serde(default)]
     pub mcp_taille_max_requete_octets: Bounded<1024, { 64 * MIB }, MIB>,
     #[serde(default)]
     pub oauth_delai_max_secondes: Timeout,

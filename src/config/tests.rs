@@ -32,6 +32,7 @@ fn defaults_apply() {
     assert_eq!(c.limits.max_base64_bytes, 5 * MIB);
     assert_eq!(c.expiry.min_sweep_interval_ms, 1000);
     assert_eq!(c.limits.max_total_bytes, 0);
+    assert_eq!(c.limits.max_resumables, 1024);
     assert_eq!(c.limits.max_mcp_request_bytes, MIB);
     assert_eq!(c.oauth.timeout, Duration::from_secs(5));
     assert_eq!(c.log.max_bytes, 8 * MIB);
@@ -111,7 +112,7 @@ fn every_integer_key_is_bounded() {
         .filter(|k| matches!(table.get(*k), Some(toml::Value::Integer(_))))
         .filter(|k| *k != "oauth_delai_max_secondes")
         .collect();
-    assert_eq!(integer_keys.len(), 10, "{integer_keys:?}");
+    assert_eq!(integer_keys.len(), 11, "{integer_keys:?}");
     for key in integer_keys {
         let (min, max) = range_of(key);
         let below = if min == 0 {

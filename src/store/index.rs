@@ -5,6 +5,10 @@
 //! - `<second>/<name>`: an entry saying "the pair `<name>` cannot expire before `<second>` has
 //!   passed" (a bucket per deadline second, seconds since the epoch); every entry is a hard link
 //!   to an empty `modele-<k>` file (no inode to create per entry);
+//! - `<second>.reprises/<id>`: the same for the resumable upload `<id>` (`reprise.rs`), in
+//!   buckets of their own kind (an id could also be a stored name), consumed by the same sweep in
+//!   the same order of seconds, within the same budgets (versions before them ignore these
+//!   buckets);
 //! - `curseur`: where the walk stands (see below), one line: `fait <second>`, or `adoption` or
 //!   `controle`, the folder (`racine`, `meta`), the position in it, and the names walked in that
 //!   folder in this pass (a fourth field that versions before it ignore, and that a line
@@ -30,7 +34,8 @@
 //!
 //! The walk: pairs that no entry knows (a store written by a version without the index, restored
 //! from a backup, a file put there by hand, an entry lost with a power cut) are found by walking
-//! the root and `.meta` in batches of [`WALK_PER_SWEEP`] names or [`WALK_TIME`] (more on the
+//! the root, `.meta` and `.tmp/reprises` (resumable uploads made by a version that filed no
+//! entry for them, and states whose writer died before renaming them) in batches of [`WALK_PER_SWEEP`] names or [`WALK_TIME`] (more on the
 //! housekeeping thread: [`WALK_PER_STEP_OFF_THREAD`], [`WALK_TIME_OFF_THREAD`]), resuming from a
 //! directory position saved in `curseur`, and filing an entry for each at its exact deadline (the
 //! verdict of a lookup; an entry already there is left alone).
@@ -48,6 +53,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::expiry::Verdict;
+use super::reprise::ResumableId;
 use super::{META, Store, SweepReport, TMP, open_at, pause_point};
 use crate::names::Name;
 
@@ -103,13 +109,15 @@ pub(super) enum Walk {
     Done(i64),
 }
 
-/// The two folders the walk reads, in this order.
+/// The folders the walk reads, in this order.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Folder {
     /// The stored files.
     Root,
     /// The sidecars (finds a sidecar whose file is gone).
     Meta,
+    /// The resumable uploads (`.tmp/reprises`).
+    Reprises,
 }
 
 impl Walk {
@@ -132,6 +140,7 @@ impl Walk {
                 let folder = match f {
                     "racine" => Some(Folder::Root),
                     "meta" => Some(Folder::Meta),
+                    "reprises" => Some(Folder::Reprises),
                     _ => None,
                 };
                 let walked = words.next().and_then(|w| w.parse().ok());
@@ -163,6 +172,7 @@ impl Walk {
                 let f = match folder {
                     Folder::Root => "racine",
                     Folder::Meta => "meta",
+                    Folder::Reprises => "reprises",
                 };
                 match walked {
                     Some(n) => format!("{kind} {f} {at} {n}\n"),
@@ -173,12 +183,27 @@ impl Walk {
     }
 }
 
-/// The bucket name of a deadline second.
-fn bucket_name(second: i64) -> String {
-    second.to_string()
+/// The suffix of the buckets of resumable uploads.
+const RESUMABLE_BUCKET: &str = ".reprises";
+
+/// What the entries of a bucket are about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Kind {
+    /// Stored pairs, by name.
+    Pairs,
+    /// Resumable uploads, by id.
+    Resumables,
 }
 
-/// The deadline second of a bucket name; `None` for anything else in the index folder.
+/// The bucket name of a deadline second, for entries of `kind`.
+fn bucket_name(second: i64, kind: Kind) -> String {
+    match kind {
+        Kind::Pairs => second.to_string(),
+        Kind::Resumables => format!("{second}{RESUMABLE_BUCKET}"),
+    }
+}
+
+/// The deadline second of a bucket of pairs; `None` for anything else in the index folder.
 pub(super) fn bucket_second(raw: &[u8]) -> Option<i64> {
     if raw.is_empty() || !raw.iter().all(u8::is_ascii_digit) {
         return None;
@@ -186,19 +211,34 @@ pub(super) fn bucket_second(raw: &[u8]) -> Option<i64> {
     std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
+/// The deadline second and the kind of a bucket; `None` for anything else in the index folder.
+pub(super) fn bucket_of(raw: &[u8]) -> Option<(i64, Kind)> {
+    match raw.strip_suffix(RESUMABLE_BUCKET.as_bytes()) {
+        Some(second) => bucket_second(second).map(|s| (s, Kind::Resumables)),
+        None => bucket_second(raw).map(|s| (s, Kind::Pairs)),
+    }
+}
+
 impl Store {
     /// Files an entry for `name` in the bucket of `second` (created if missing). An entry that is
     /// already there is left as it is.
     pub(super) fn file_entry(&self, name: &Name, second: i64) -> io::Result<()> {
-        self.with_bucket(second, |to| self.link_entry(to, name))
+        self.with_bucket(second, Kind::Pairs, |to| self.link_entry(to, name.as_str()))
     }
 
-    /// Moves the entry `name` of the bucket open as `from_dir` to the bucket of `second`: a link
-    /// there, then the old name unlinked (a crash in between leaves a duplicate, consumed like
-    /// any entry). Not `rename`: two names of one inode, which every entry is, make it a no-op.
-    fn refile(&self, from_dir: &OwnedFd, name: &Name, second: i64) -> io::Result<()> {
-        self.file_entry(name, second)?;
-        match rustix::fs::unlinkat(from_dir, name.as_str(), AtFlags::empty()) {
+    /// Files an entry for the resumable upload `id` in the resumables' bucket of `second`.
+    pub(super) fn file_resumable_entry(&self, id: &ResumableId, second: i64) -> io::Result<()> {
+        let entry = id.hex();
+        self.with_bucket(second, Kind::Resumables, |to| self.link_entry(to, &entry))
+    }
+
+    /// Moves the entry `entry` of the bucket open as `from_dir` to the bucket of `second` of the
+    /// same kind: a link there, then the old name unlinked (a crash in between leaves a
+    /// duplicate, consumed like any entry). Not `rename`: two names of one inode, which every
+    /// entry is, make it a no-op.
+    fn refile(&self, from_dir: &OwnedFd, entry: &str, kind: Kind, second: i64) -> io::Result<()> {
+        self.with_bucket(second, kind, |to| self.link_entry(to, entry))?;
+        match rustix::fs::unlinkat(from_dir, entry, AtFlags::empty()) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -208,8 +248,13 @@ impl Store {
     /// sweeper removed the bucket meanwhile (it removes the buckets it empties). Opened first,
     /// created only when absent: a `mkdir` that finds the bucket there still takes the index
     /// folder's inode lock for writing (ext4), and is one more round trip on JuiceFS.
-    fn with_bucket(&self, second: i64, put: impl Fn(&OwnedFd) -> io::Result<()>) -> io::Result<()> {
-        let bucket = bucket_name(second);
+    fn with_bucket(
+        &self,
+        second: i64,
+        kind: Kind,
+        put: impl Fn(&OwnedFd) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let bucket = bucket_name(second, kind);
         let mut tries = 0;
         loop {
             let dir = match open_bucket(&self.index_fd, &bucket) {
@@ -230,17 +275,11 @@ impl Store {
     /// (`modele-<k>`): creating an inode costs milliseconds on some filesystems (2.2 ms on the
     /// ext4 of `bench/echelle`'s machine), a link a few dozen microseconds. A model that has as
     /// many links as the filesystem allows (65 000 on ext4) gives way to the next one.
-    fn link_entry(&self, dir: &OwnedFd, name: &Name) -> io::Result<()> {
+    fn link_entry(&self, dir: &OwnedFd, name: &str) -> io::Result<()> {
         for _ in 0..64 {
             let k = self.index_model.load(Ordering::Relaxed);
             let model = format!("{MODEL_PREFIX}{k}");
-            match rustix::fs::linkat(
-                &self.index_fd,
-                model.as_str(),
-                dir,
-                name.as_str(),
-                AtFlags::empty(),
-            ) {
+            match rustix::fs::linkat(&self.index_fd, model.as_str(), dir, name, AtFlags::empty()) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => return Ok(()),
                 Err(rustix::io::Errno::MLINK) => {
                     let _ = self.index_model.compare_exchange(
@@ -273,18 +312,19 @@ impl Store {
     }
 
     /// The due part of the index, oldest first: every entry whose second has passed, within the
-    /// budgets of one sweep. Says whether due entries are left for the next sweep.
+    /// budgets of one sweep (a bucket of pairs before the resumable uploads' of the same second).
+    /// Says whether due entries are left for the next sweep.
     pub(super) fn sweep_index(&self, now: i64, report: &mut SweepReport) -> io::Result<bool> {
-        let mut due: Vec<i64> = super::list_names(&self.index_fd)?
+        let mut due: Vec<(i64, Kind)> = super::list_names(&self.index_fd)?
             .iter()
-            .filter_map(|raw| bucket_second(raw))
-            .filter(|&s| s < now)
+            .filter_map(|raw| bucket_of(raw))
+            .filter(|&(s, _)| s < now)
             .collect();
         due.sort_unstable();
         let started = Instant::now();
         let mut looked_at = 0;
-        for second in due {
-            let bucket = bucket_name(second);
+        for (second, kind) in due {
+            let bucket = bucket_name(second, kind);
             let dir = match open_bucket(&self.index_fd, &bucket) {
                 Ok(d) => d,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -306,31 +346,72 @@ impl Store {
                     return Ok(true);
                 }
                 looked_at += 1;
-                let Ok(name) = Name::listed(raw) else {
-                    let _ = rustix::fs::unlinkat(&dir, raw, AtFlags::empty());
-                    continue;
-                };
-                let verdict = match self.observe(&name, now).0 {
-                    Verdict::Remove => self.remove_if_confirmed(&name, now, report)?,
-                    seen => seen,
-                };
-                match verdict {
-                    Verdict::Live(d) | Verdict::YoungOrphan(d) => {
-                        pause_point("index-avant-deplacement");
-                        self.refile(&dir, &name, d)?
-                    }
-                    Verdict::Remove | Verdict::Absent => {
-                        if verdict == Verdict::Remove {
-                            pause_point("index-apres-suppression");
-                        }
-                        let _ = rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty());
-                    }
+                match kind {
+                    Kind::Pairs => self.consume_pair_entry(&dir, raw, now, report)?,
+                    Kind::Resumables => self.consume_resumable_entry(&dir, raw, now, report)?,
                 }
             }
             // Emptied: a publication that files into it meanwhile creates it again.
             let _ = rustix::fs::unlinkat(&self.index_fd, bucket.as_str(), AtFlags::REMOVEDIR);
         }
         Ok(false)
+    }
+
+    /// A due entry of a pair: the pair removed if it has expired, its entry moved to its real
+    /// deadline if it lives, dropped otherwise.
+    fn consume_pair_entry(
+        &self,
+        dir: &OwnedFd,
+        raw: &[u8],
+        now: i64,
+        report: &mut SweepReport,
+    ) -> io::Result<()> {
+        let Ok(name) = Name::listed(raw) else {
+            let _ = rustix::fs::unlinkat(dir, raw, AtFlags::empty());
+            return Ok(());
+        };
+        let verdict = match self.observe(&name, now).0 {
+            Verdict::Remove => self.remove_if_confirmed(&name, now, report)?,
+            seen => seen,
+        };
+        match verdict {
+            Verdict::Live(d) | Verdict::YoungOrphan(d) => {
+                pause_point("index-avant-deplacement");
+                self.refile(dir, name.as_str(), Kind::Pairs, d)?
+            }
+            Verdict::Remove | Verdict::Absent => {
+                if verdict == Verdict::Remove {
+                    pause_point("index-apres-suppression");
+                }
+                let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty());
+            }
+        }
+        Ok(())
+    }
+
+    /// A due entry of a resumable upload: judged (`reprise.rs`, which removes what has
+    /// expired), its entry moved to the upload's real deadline while it lives, dropped otherwise.
+    fn consume_resumable_entry(
+        &self,
+        dir: &OwnedFd,
+        raw: &[u8],
+        now: i64,
+        report: &mut SweepReport,
+    ) -> io::Result<()> {
+        let verdict = match ResumableId::parse(raw) {
+            Some(id) => self.judge_resumable(&id, now, report)?,
+            None => Verdict::Absent,
+        };
+        match verdict {
+            Verdict::Live(d) | Verdict::YoungOrphan(d) => {
+                let entry = std::str::from_utf8(raw).expect("an id is ASCII");
+                self.refile(dir, entry, Kind::Resumables, d)
+            }
+            Verdict::Remove | Verdict::Absent => {
+                let _ = rustix::fs::unlinkat(dir, raw, AtFlags::empty());
+                Ok(())
+            }
+        }
     }
 
     /// Where the walk stands; a store without `curseur` has never been walked.
@@ -398,7 +479,13 @@ impl Store {
                     at: 0,
                     walked: Some(0),
                 },
-                (true, Folder::Meta) => Walk::Done(now),
+                (true, Folder::Meta) => Walk::Walking {
+                    adopting,
+                    folder: Folder::Reprises,
+                    at: 0,
+                    walked: Some(0),
+                },
+                (true, Folder::Reprises) => Walk::Done(now),
             };
             if !ended {
                 break;
@@ -423,6 +510,10 @@ impl Store {
         let dir = match folder {
             Folder::Root => &self.root_fd,
             Folder::Meta => &self.meta_fd,
+            Folder::Reprises => match self.reprises(false)? {
+                Some(d) => d,
+                None => return Ok((at, true, 0)),
+            },
         };
         let mut names = 0u64;
         let (reached, ended) = walk_dir(dir, at, budget, |raw| {
@@ -430,6 +521,12 @@ impl Store {
                 return Ok(());
             }
             names += 1;
+            if folder == Folder::Reprises {
+                return match self.walked_resumable(raw, now) {
+                    Some((id, second)) => self.file_resumable_entry(&id, second),
+                    None => Ok(()),
+                };
+            }
             let name = match folder {
                 Folder::Root => Name::listed(raw).ok(),
                 // A sidecar whose file is there was seen with its file.
@@ -437,6 +534,7 @@ impl Store {
                     .strip_suffix(b".json")
                     .and_then(|n| Name::listed(n).ok())
                     .filter(|n| self.stored_size_of(n).is_none()),
+                Folder::Reprises => unreachable!("filed above"),
             };
             let Some(name) = name else { return Ok(()) };
             let second = match self.observe(&name, now).0 {
@@ -548,7 +646,7 @@ impl StepBudget {
     }
 
     /// Whether the step must stop here.
-    fn used_up(&self) -> bool {
+    pub(super) fn used_up(&self) -> bool {
         self.names == 0 || self.clock.is_some_and(|c| c.elapsed() > self.time)
     }
 }
@@ -660,7 +758,10 @@ mod tests {
     #[test]
     fn only_digit_names_are_buckets() {
         assert_eq!(bucket_second(b"1785000000"), Some(1_785_000_000));
-        assert_eq!(bucket_second(&bucket_name(7).into_bytes()), Some(7));
+        assert_eq!(
+            bucket_second(&bucket_name(7, Kind::Pairs).into_bytes()),
+            Some(7)
+        );
         for not in [
             &b""[..],
             b"curseur",
@@ -670,6 +771,19 @@ mod tests {
             b"curseur.nouveau",
         ] {
             assert_eq!(bucket_second(not), None);
+            assert_eq!(bucket_of(not), None);
         }
+        assert_eq!(
+            bucket_second(b"7.reprises"),
+            None,
+            "ignored by the pairs' readers"
+        );
+        assert_eq!(bucket_of(b"7.reprises"), Some((7, Kind::Resumables)));
+        assert_eq!(bucket_of(b"7"), Some((7, Kind::Pairs)));
+        assert_eq!(
+            bucket_of(bucket_name(9, Kind::Resumables).as_bytes()),
+            Some((9, Kind::Resumables))
+        );
+        assert_eq!(bucket_of(b".reprises"), None);
     }
 }

@@ -131,6 +131,12 @@ pub enum StoreError {
     },
     /// The store lock stayed held past [`lock_wait`] → 503 + `Retry-After`.
     Busy,
+    /// As many resumable uploads are unfinished as `nombre_max_reprises_en_cours` allows (`max`):
+    /// no new one is created → 507 `trop_de_reprises`.
+    TooManyResumables {
+        /// `nombre_max_reprises_en_cours`.
+        max: u64,
+    },
     /// The bytes received do not have the SHA-256 the sender stated (hexadecimal both): nothing
     /// was published → 400 `empreinte_incorrecte`.
     DigestMismatch {
@@ -151,6 +157,9 @@ impl std::fmt::Display for StoreError {
                 write!(f, "fichier trop volumineux ({max} octets au maximum)")
             }
             StoreError::Busy => write!(f, "{}", lock::LockBusy),
+            StoreError::TooManyResumables { max } => {
+                write!(f, "trop de dépôts avec reprise inachevés ({max} au plus)")
+            }
             StoreError::DigestMismatch { stated, received } => write!(
                 f,
                 "empreinte SHA-256 différente de celle annoncée (annoncée {stated}, reçue {received})"
@@ -215,6 +224,8 @@ pub struct Store {
     sweep_interval: Duration,
     max_file: u64,
     capacity: u64,
+    /// `nombre_max_reprises_en_cours`: unfinished resumable uploads at most.
+    max_resumables: u64,
     /// The sweep-cadence marker kept open between requests, only to read its mtime (`fstat`);
     /// locking and stamping it go through a descriptor opened anew (see [`Store::sweep`]).
     sweep_marker: std::sync::Mutex<KeptMarker>,
@@ -260,6 +271,7 @@ impl Store {
             sweep_interval: Duration::from_millis(cfg.expiry.min_sweep_interval_ms),
             max_file: cfg.limits.max_file_bytes,
             capacity: cfg.limits.max_total_bytes,
+            max_resumables: cfg.limits.max_resumables,
             sweep_marker: std::sync::Mutex::new(KeptMarker::default()),
             lock_outage: lock::Outage::default(),
             lock_waiting,

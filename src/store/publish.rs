@@ -1,5 +1,9 @@
-//! Publication: an upload streamed into `.tmp/*.part`, then its sidecar written and the two
-//! renames (sidecar, then file) done under the exclusive store lock.
+//! Publication, the one way a file enters the store (specification §4): its data written and
+//! synced under a temporary name — a one-shot upload's `.tmp/*.part`, or a finished resumable
+//! upload's `.tmp/reprises/<id>.part` —, its sidecar written and synced, its entry filed in the
+//! expiry index, then under the exclusive store lock the capacity checked (or the resumable
+//! upload's reservation turned into the file) and the two renames (sidecar, then file). The
+//! size limit `taille_max_fichier_octets` is checked here too, for both kinds ([`within_size_limit`]).
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -25,25 +29,53 @@ pub struct Published {
     pub sha256_hex: String,
 }
 
-/// An upload being written; dropping it unpublished removes the temporary files. It owns what
-/// it uses (a descriptor of its own on `.tmp`), so that a process serving many connections can
-/// publish it on another thread (`upload.rs`).
+/// `taille_max_fichier_octets` (`max`) against a file of `length` bytes: the one check of the
+/// size limit, for a one-shot upload as its bytes arrive and for a resumable upload's announced
+/// length.
+pub(super) fn within_size_limit(length: u64, max: u64) -> Result<(), StoreError> {
+    if length > max {
+        return Err(StoreError::TooLarge { max });
+    }
+    Ok(())
+}
+
+/// Where the data of an upload waits for its publication.
+enum Data {
+    /// A one-shot upload's `.tmp/*.part`: this upload's own, removed unless it is published.
+    Part(String),
+    /// A finished resumable upload's data file, `name` in `.tmp/reprises` (`dir`): reserved in
+    /// the kept totals since its creation, and left where it is when the publication fails (the
+    /// resumable upload decides, `reprise.rs`).
+    Reserved { dir: OwnedFd, name: String },
+}
+
+/// The SHA-256 of the data.
+enum Sha {
+    /// Computed as the bytes arrive.
+    Running(Sha256),
+    /// Computed already (a resumable upload's, carried from part to part).
+    Known([u8; 32]),
+}
+
+/// An upload on its way to publication; dropping it unpublished removes its temporaries (the
+/// data of a resumable upload excepted). It owns what it uses (a descriptor of its own on
+/// `.tmp`), so that a process serving many connections can publish it on another thread
+/// (`upload.rs`).
 pub struct Upload {
     file: Option<File>,
-    /// The sidecar's temporary, created (and locked) with `file`, written at publication.
+    /// The sidecar's temporary, created (and locked) before the publication, written by it.
     sidecar_file: Option<File>,
-    /// The store's `.tmp`, where `part` and `sidecar_part` live.
+    /// The store's `.tmp`, where `sidecar_part` (and a one-shot upload's data) live.
     tmp_fd: OwnedFd,
-    /// The temporary's name in `.tmp`; empty once published.
-    part: String,
+    data: Data,
     /// The sidecar temporary's name in `.tmp`; empty once published.
     sidecar_part: String,
     written: u64,
-    hasher: Sha256,
+    sha: Sha,
     max_file: u64,
     capacity: u64,
-    /// The SHA-256 the sender stated (the `sha256` field next to `fichier`): publication
-    /// refuses other bytes.
+    /// The SHA-256 the sender stated (the `sha256` field next to `fichier`, a resumable upload's
+    /// `Repr-Digest`): publication refuses other bytes.
     expected: Option<[u8; 32]>,
     /// Why the store cannot take this upload (disk full, or the file alone over the capacity),
     /// once known. The rest of the body is then counted, not written: the size limit is checked
@@ -72,10 +104,47 @@ impl Store {
             file: Some(file),
             sidecar_file: Some(sidecar),
             tmp_fd,
-            part,
+            data: Data::Part(part),
             sidecar_part,
             written: 0,
-            hasher: Sha256::new(),
+            sha: Sha::Running(Sha256::new()),
+            expected: None,
+            max_file: self.max_file,
+            capacity: self.capacity,
+            full: None,
+        })
+    }
+
+    /// `taille_max_fichier_octets` against a file of `length` bytes (`TooLarge` beyond it).
+    pub fn admit_length(&self, length: u64) -> Result<(), StoreError> {
+        within_size_limit(length, self.max_file)
+    }
+
+    /// The publication of a finished resumable upload: its data file `name` of `.tmp/reprises`
+    /// (`dir`), open as `file` (whose lock the caller holds), `length` bytes whose SHA-256 is
+    /// `digest`. Creates the sidecar's temporary; [`Upload::publish`] does the rest as for a
+    /// one-shot upload, the upload's reservation becoming the file.
+    pub(super) fn begin_resumed_publication(
+        &self,
+        file: File,
+        dir: OwnedFd,
+        name: String,
+        length: u64,
+        digest: [u8; 32],
+    ) -> Result<Upload, StoreError> {
+        let tmp_fd = rustix::io::fcntl_dupfd_cloexec(&self.tmp_fd, 0).map_err(io::Error::from)?;
+        let (sidecar, sidecar_part) = {
+            let lock = self.lock_shared()?;
+            self.new_part(&format!(".meta{PART_SUFFIX}"), &lock)?
+        };
+        Ok(Upload {
+            file: Some(file),
+            sidecar_file: Some(sidecar),
+            tmp_fd,
+            data: Data::Reserved { dir, name },
+            sidecar_part,
+            written: length,
+            sha: Sha::Known(digest),
             expected: None,
             max_file: self.max_file,
             capacity: self.capacity,
@@ -119,10 +188,8 @@ impl Upload {
     /// take the file (ENOSPC, or beyond the capacity), the bytes are only counted and
     /// [`Upload::publish`] answers `Full`.
     pub fn write(&mut self, data: &[u8]) -> Result<(), StoreError> {
-        let total = self.written + data.len() as u64;
-        if total > self.max_file {
-            return Err(StoreError::TooLarge { max: self.max_file });
-        }
+        let total = self.written.saturating_add(data.len() as u64);
+        within_size_limit(total, self.max_file)?;
         if self.full.is_none() && self.capacity > 0 && total > self.capacity {
             self.full = Some("le fichier dépasse à lui seul la capacité du dépôt".into());
         }
@@ -133,7 +200,9 @@ impl Upload {
                 Err(StoreError::Full(why)) => self.full = Some(why),
                 Err(e) => return Err(e),
             }
-            self.hasher.update(data);
+            if let Sha::Running(h) = &mut self.sha {
+                h.update(data);
+            }
         }
         if self.written == 0 && total > 0 {
             pause_point("pendant-ecriture");
@@ -153,8 +222,8 @@ impl Upload {
         self.expected = Some(digest);
     }
 
-    /// File and sidecar written then synced, atomic renames into place under `name`
-    /// (overwriting), fsync of the folders.
+    /// File and sidecar written then synced, the stated SHA-256 compared, atomic renames into
+    /// place under `name` (overwriting), fsync of the folders.
     pub fn publish(mut self, store: &Store, name: &Name) -> Result<Published, StoreError> {
         if let Some(why) = self.full.take() {
             // `self` drops here and removes the data `.part`.
@@ -190,7 +259,10 @@ impl Upload {
         // first fsync waits for carries the sidecar's blocks too.
         start_writeback(&file);
         start_writeback(&sc);
-        let digest: [u8; 32] = std::mem::take(&mut self.hasher).finalize().into();
+        let digest: [u8; 32] = match std::mem::replace(&mut self.sha, Sha::Known([0; 32])) {
+            Sha::Running(h) => h.finalize().into(),
+            Sha::Known(d) => d,
+        };
         if let Some(stated) = self.expected
             && stated != digest
         {
@@ -204,7 +276,7 @@ impl Upload {
         sc.sync_all()?;
         self.file_and_rename(store, name, &sidecar, sc)?;
         // The renames are done: nothing left to clean up.
-        self.part.clear();
+        self.data = Data::Part(String::new());
         self.sidecar_part.clear();
         drop(file);
         for dir in [&store.root_fd, &store.meta_fd] {
@@ -218,7 +290,8 @@ impl Upload {
 
     /// Files the pair's entry in the expiry index (before the renames: a crash leaves an entry
     /// for nothing, never a pair the index does not know); then, under the exclusive store lock,
-    /// checks the capacity against the kept totals (`total.rs`, which may count the store first) and renames the sidecar (its
+    /// checks the capacity against the kept totals (`total.rs`, which may count the store first)
+    /// — or turns a resumable upload's reservation into the file — and renames the sidecar (its
     /// temporary, written and synced), then the file, into place; the sidecar's temporary is
     /// closed (unlocked) after the renames.
     fn file_and_rename(
@@ -235,13 +308,23 @@ impl Upload {
         // Before the guard: the pair this one replaces is freed after the lock is let go.
         let mut victims = Victims::default();
         let lock = store.lock_exclusive()?;
-        let (lock, pending) = store.before_publication(name, self.written, lock)?;
+        let (lock, pending) = match &self.data {
+            Data::Part(_) => store.before_publication(name, self.written, lock)?,
+            Data::Reserved { .. } => {
+                let pending = store.before_resumed_publication(name, self.written, &lock)?;
+                (lock, pending)
+            }
+        };
         let sc_name = name.sidecar_file_name();
         victims.keep_pair(store, name);
         pause_point("avant-renommage");
         rustix::fs::renameat(&self.tmp_fd, &self.sidecar_part, &store.meta_fd, &sc_name)?;
         pause_point("entre-renommages");
-        rustix::fs::renameat(&self.tmp_fd, &self.part, &store.root_fd, name.as_str())?;
+        let (dir, part) = match &self.data {
+            Data::Part(part) => (&self.tmp_fd, part),
+            Data::Reserved { dir, name } => (dir, name),
+        };
+        rustix::fs::renameat(dir, part.as_str(), &store.root_fd, name.as_str())?;
         pause_point("apres-renommage");
         store.after_publication(pending, &lock)?;
         Ok(())
@@ -265,7 +348,11 @@ pub(super) fn start_writeback(file: &File) {
 
 impl Drop for Upload {
     fn drop(&mut self) {
-        for part in [&self.part, &self.sidecar_part] {
+        let data = match &self.data {
+            Data::Part(part) => Some(part),
+            Data::Reserved { .. } => None,
+        };
+        for part in data.into_iter().chain([&self.sidecar_part]) {
             if !part.is_empty() {
                 let _ = rustix::fs::unlinkat(&self.tmp_fd, part.as_str(), AtFlags::empty());
             }

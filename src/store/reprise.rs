@@ -1,14 +1,18 @@
 //! Resumable uploads, the disk side (`crate::reprise` is the HTTP side): a file that arrives in
 //! parts, each on any process of the pool and any node of a shared store, and is published at
-//! its last part exactly as a one-shot upload is (sidecar, index entry, the two renames).
+//! its last part by the one publication of the store (`publish.rs`), exactly as a one-shot upload
+//! is. It lives in the store's expiry index like a stored file (`index.rs`), and is counted in the
+//! kept totals (`total.rs`).
 //!
 //! Layout of `.tmp/reprises/` (created by the first resumable upload):
-//! - `<id>.part`: the bytes received so far, at their place in the file;
+//! - `<id>.part`: the data file, as long as the announced length from the creation on (a sparse
+//!   file: the bytes received so far at their place, holes after them), so that the check of the
+//!   totals reads every reservation with one `statx`;
 //! - `<id>.etat`: the upload's state, a small JSON ([`ResumableState`]: the name, the announced
 //!   length, the stated SHA-256, the creation second, the durable offset, the data file's inode;
 //!   once published, what was published), always replaced whole by a rename;
-//! - `<id>.etat.<pid>-<n>.nouveau`: a state being written (a dead writer's is removed after an
-//!   hour).
+//! - `<id>.etat.<pid>-<n>.nouveau`: a state being written (a dead writer's is removed by the walk
+//!   of the index an hour later).
 //!
 //! The rules that make it safe to SIGKILL anything at any point:
 //! - **the id** is 128 random bits (`/dev/urandom`), never derived from the name, written as
@@ -17,24 +21,33 @@
 //! - **one writer at a time**: a request that writes takes the data file's `flock` without
 //!   waiting (a second one is refused: [`ResumableError::Busy`]). Whatever renames or unlinks a
 //!   data file holds that lock first, so a writer checks once it holds it that its descriptor
-//!   is still `<id>.part` (not a file since published, nor one removed);
+//!   is still `<id>.part` (not a file since published, nor one removed). The offset query waits
+//!   (boundedly) for the writer to let go, so that the offset it answers is the one the next
+//!   part is accepted at;
 //! - **the durable offset**: a part's bytes are written at the recorded offset, synced, and only
 //!   then is the new offset recorded (state written, synced, renamed) — at the end of each request
 //!   and every [`CHECKPOINT_BYTES`]. A writer that dies leaves bytes past the recorded offset;
-//!   the next writer truncates them. The upload stands at its last recorded offset, never
+//!   the next writer writes over them. The upload stands at its last recorded offset, never
 //!   beyond what is on disk;
-//! - **capacity**: the announced length is reserved in the kept totals (`total.rs`) at creation,
-//!   under the exclusive store lock; the reservation lasts exactly as long as `<id>.part` does
-//!   (the check of the totals counts it that way): given back when the data file is removed
-//!   (expired, cancelled, refused for its digest), turned into the file when it is renamed into
-//!   the root. Creation reserves, then creates the data file, then writes the state; removal
+//! - **the expiry index**: the creation files an entry for the upload (a bucket of its own kind,
+//!   `index.rs`) at the earliest second it can expire, *before* it creates anything, so that
+//!   nothing it leaves is unknown to the sweep; the sweep judges the upload when that second has
+//!   passed ([`Store::judge_resumable`]) and moves the entry to its real deadline, or removes it.
+//!   An upload the index does not know (made by an earlier version) is found by the walk;
+//! - **capacity and count**: the announced length is reserved in the kept totals, and the upload
+//!   counted among the unfinished ones (at most `nombre_max_reprises_en_cours`), at creation
+//!   under the exclusive store lock; both last exactly as long as `<id>.part` does (the check of
+//!   the totals counts them that way): given back when the data file is removed (expired,
+//!   cancelled, refused for its digest), turned into the file when it is renamed into the
+//!   root. Creation reserves, then creates the data file, then writes the state; removal
 //!   unlinks the data file, then gives back, then unlinks the state: a crash in between leaves
-//!   a kept total too high (the store refuses a little early until the next check), never too
+//!   kept totals too high (the store refuses a little early until the next check), never too
 //!   low;
-//! - **publication** renames the data file into place under the exclusive store lock (with its
-//!   sidecar, like a one-shot upload), then records in the state what was published. A crash
-//!   between the two leaves a state without data: the file at the root is recognised by the
-//!   data file's inode, recorded at creation ([`Store::recover`]);
+//! - **publication** is the store's one publication (`publish.rs`): sidecar, index entry, the
+//!   reservation turned into the file and the two renames under the exclusive store lock; then
+//!   the state records what was published. A crash between the two leaves a state without data:
+//!   the file at the root is recognised by the data file's inode, recorded at creation
+//!   ([`Store::recover`]);
 //! - **expiry**: an unfinished upload is removed once nothing was written to it for
 //!   `duree_inactivite_secondes` (the data file's mtime), or `duree_max_depot_secondes` after
 //!   its creation, never while a writer holds its lock (the sweep and every request on it
@@ -47,16 +60,16 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use rustix::fs::{AtFlags, OFlags, StatxFlags};
 use sha2::{Digest, Sha256};
 
-use super::expiry::now_secs;
+use super::expiry::{Verdict, now_secs};
 use super::publish::{hex, start_writeback};
 use super::sha256_reprise::{ResumableSha256, SavedSha256};
 use super::{
-    PART_SUFFIX, Published, Sidecar, Store, StoreError, TMP, is_absent, list_names, open_at,
+    PART_SUFFIX, Published, Sidecar, Store, StoreError, SweepReport, TMP, is_absent, open_at,
     pause_point, stat_entry,
 };
 use crate::folders;
@@ -84,8 +97,10 @@ const WRITEBACK_BYTES: u64 = 4 << 20;
 const WRITE_BUFFER_BYTES: usize = 256 << 10;
 /// A state being written whose writer is gone is removed this long after its last change.
 const STALE_NEW_SECS: i64 = 3600;
-/// At most this many uploads removed by one sweep.
-const REMOVALS_PER_SWEEP: usize = 64;
+/// An upload whose clocks ran out while a writer holds it is judged again this long after: the
+/// writer is at work (every byte it writes pushes the inactivity clock), or a connection that
+/// is about to reach its deadline holds it.
+const HELD_RECHECK_SECS: i64 = 10;
 
 /// The id of a resumable upload: 128 random bits.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -136,6 +151,20 @@ impl ResumableId {
     fn state_name(&self) -> String {
         format!("{}{STATE}", self.hex())
     }
+}
+
+/// Whether `raw` is the name of a data file of `.tmp/reprises` (`<id>.part`).
+pub(super) fn is_data_name(raw: &[u8]) -> bool {
+    raw.strip_suffix(DATA.as_bytes())
+        .and_then(ResumableId::parse)
+        .is_some()
+}
+
+/// The id a name of `.tmp/reprises` belongs to: `<id>.part` or `<id>.etat`.
+fn id_of(raw: &[u8]) -> Option<ResumableId> {
+    raw.strip_suffix(DATA.as_bytes())
+        .or_else(|| raw.strip_suffix(STATE.as_bytes()))
+        .and_then(ResumableId::parse)
 }
 
 /// What a published resumable upload produced, kept in its state for a sender that missed the
@@ -215,6 +244,8 @@ pub enum ResumableError {
     Length(String),
     /// The upload was already published: nothing may be appended.
     Completed,
+    /// A SHA-256 stated for the whole file that contradicts the one stated before (hexadecimal).
+    DigestContradicts(String),
     /// The store refused (capacity, disk, lock, digest…).
     Store(StoreError),
 }
@@ -261,7 +292,7 @@ pub struct ResumableWriter {
 impl Store {
     /// `.tmp/reprises`, opened (and checked, see [`crate::folders`]) once per process; created
     /// when `create`, otherwise `None` while no resumable upload ever made it.
-    fn reprises(&self, create: bool) -> io::Result<Option<&OwnedFd>> {
+    pub(super) fn reprises(&self, create: bool) -> io::Result<Option<&OwnedFd>> {
         if let Some(fd) = self.reprises.get() {
             return Ok(Some(fd));
         }
@@ -275,17 +306,18 @@ impl Store {
     }
 
     /// Creates a resumable upload of `length` bytes to publish under `name`, with the SHA-256
-    /// the sender stated: checks `taille_max_fichier_octets` (`TooLarge`), reserves the length
-    /// in the kept totals (`Full` beyond the capacity), creates the data file and the state.
+    /// the sender stated: checks `taille_max_fichier_octets` (`TooLarge`); under the exclusive
+    /// store lock, reserves the length in the kept totals and counts the upload (`Full` beyond
+    /// the capacity, `TooManyResumables` beyond `nombre_max_reprises_en_cours`: nothing is
+    /// created), files the upload's entry in the expiry index, creates the data file (as long as
+    /// `length`, sparse) and the state.
     pub fn create_resumable(
         &self,
         name: &Name,
         length: u64,
         sha256: Option<[u8; 32]>,
     ) -> Result<(ResumableId, ResumableState), StoreError> {
-        if length > self.max_file {
-            return Err(StoreError::TooLarge { max: self.max_file });
-        }
+        self.admit_length(length)?;
         if self.capacity > 0 && length > self.capacity {
             return Err(StoreError::Full(
                 "le fichier dépasse à lui seul la capacité du dépôt".into(),
@@ -293,25 +325,34 @@ impl Store {
         }
         let dir = self.reprises(true)?.expect("created");
         let id = ResumableId::random()?;
+        let created = now_secs();
         let lock = self.lock_exclusive()?;
-        let lock = self.reserve(length, lock)?;
+        let lock = self.reserve(length, self.max_resumables, lock)?;
         let made = (|| -> Result<ResumableState, StoreError> {
+            // Before the data file and the state: a crash leaves an entry for nothing, never an
+            // upload the index does not know.
+            self.file_resumable_entry(&id, self.lifetimes.shortest_from(created))?;
             let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
             let data = open_at(dir, id.data_name(), flags)?;
-            let state = ResumableState {
-                nom: name.as_str().to_string(),
-                taille_octets: length,
-                sha256: sha256.map(|d| hex(&d)),
-                cree_a: now_secs(),
-                decalage: 0,
-                inode: data.metadata()?.ino(),
-                empreinte_partielle: None,
-                publie: None,
-            };
-            write_state(dir, &id, &state).inspect_err(|_| {
+            let state = (|| -> Result<ResumableState, StoreError> {
+                data.set_len(length)?;
+                let state = ResumableState {
+                    nom: name.as_str().to_string(),
+                    taille_octets: length,
+                    sha256: sha256.map(|d| hex(&d)),
+                    cree_a: created,
+                    decalage: 0,
+                    inode: data.metadata()?.ino(),
+                    empreinte_partielle: None,
+                    publie: None,
+                };
+                write_state(dir, &id, &state)?;
+                Ok(state)
+            })();
+            if state.is_err() {
                 let _ = rustix::fs::unlinkat(dir, id.data_name(), AtFlags::empty());
-            })?;
-            Ok(state)
+            }
+            state
         })();
         match made {
             Ok(state) => Ok((id, state)),
@@ -323,11 +364,33 @@ impl Store {
         }
     }
 
-    /// The upload `id` as a request that does not write sees it (the offset query, the state):
-    /// one whose clocks ran out is removed on the spot (unless a writer holds it) and is
-    /// `Unknown`, like one that never existed.
+    /// The upload `id` as a request that does not write sees it (the state): one whose clocks
+    /// ran out is removed on the spot (unless a writer holds it) and is `Unknown`, like one that
+    /// never existed.
     pub fn resumable(&self, id: &ResumableId) -> Result<Resumable, ResumableError> {
+        self.resumable_seen(id, false)
+    }
+
+    /// The upload `id` once no writer holds it (the offset query): `Busy` while one does, so
+    /// that the offset answered is the one the next part is accepted at (the draft's rule: a
+    /// writer records its offset before it lets go). Otherwise as [`Store::resumable`].
+    pub fn resumable_settled(&self, id: &ResumableId) -> Result<Resumable, ResumableError> {
+        self.resumable_seen(id, true)
+    }
+
+    fn resumable_seen(&self, id: &ResumableId, settled: bool) -> Result<Resumable, ResumableError> {
         let dir = self.reprises(false)?.ok_or(ResumableError::Unknown)?;
+        if settled {
+            match open_at(dir, id.data_name(), OFlags::RDONLY) {
+                Ok(f) => match f.try_lock_shared() {
+                    Ok(()) => {}
+                    Err(std::fs::TryLockError::WouldBlock) => return Err(ResumableError::Busy),
+                    Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+                },
+                Err(e) if is_absent(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let state = read_state(dir, id).ok_or(ResumableError::Unknown)?;
         if state.publie.is_some() {
             return Ok(self.published_view(dir, id, state));
@@ -369,7 +432,7 @@ impl Store {
     }
 
     /// The writer of the upload `id`: its data file opened and locked (`Busy` when another
-    /// request holds it), checked to be still `<id>.part`, truncated to the durable offset.
+    /// request holds it), checked to be still `<id>.part` and as long as the upload announced.
     /// `Completed` once it was published; `Unknown` when it is not there, or its clocks ran out
     /// (it is then removed).
     pub fn resumable_writer(&self, id: &ResumableId) -> Result<ResumableWriter, ResumableError> {
@@ -391,14 +454,14 @@ impl Store {
             // A creation that died between its data file and its state: the sweep's.
             return Err(ResumableError::Unknown);
         };
-        let size = file.metadata()?.len();
-        if size < state.decalage {
-            // Bytes recorded as durable are missing: the upload cannot go on.
+        let meta = file.metadata()?;
+        let size = meta.len();
+        if meta.ino() != state.inode || size > state.taille_octets {
+            // Not the data file this state was written for: the upload cannot go on.
             self.remove_locked(dir, id, &state)?;
             return Err(ResumableError::Unknown);
         }
-        let mtime = file
-            .metadata()?
+        let mtime = meta
             .modified()
             .ok()
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -407,9 +470,11 @@ impl Store {
             self.remove_locked(dir, id, &state)?;
             return Err(ResumableError::Unknown);
         }
-        if size > state.decalage {
-            // What a writer that died wrote after its last checkpoint.
-            file.set_len(state.decalage)?;
+        if size < state.taille_octets {
+            // Written by a version whose data file grew with the bytes received: as long as the
+            // upload from now on, what a dead writer wrote past the recorded offset is written
+            // over.
+            file.set_len(state.taille_octets)?;
         }
         let hasher = resume_digest(&file, &state)?;
         let dir = rustix::io::fcntl_dupfd_cloexec(dir, 0).map_err(io::Error::from)?;
@@ -426,13 +491,14 @@ impl Store {
         })
     }
 
-    /// Cancels the upload `id` (`DELETE`): an unfinished one is removed and its reservation
-    /// given back; a published one only forgets its state. Returns the state it had.
+    /// Cancels the upload `id` (`DELETE`, or a creation whose first part failed): an unfinished
+    /// one is removed and its reservation given back; a published one only forgets its state.
+    /// Returns the state it had.
     pub fn cancel_resumable(&self, id: &ResumableId) -> Result<ResumableState, ResumableError> {
         let dir = self.reprises(false)?.ok_or(ResumableError::Unknown)?;
         match self.resumable_writer(id) {
             Ok(w) => {
-                self.remove_locked(dir, id, &w.state)?;
+                w.cancel(self)?;
                 Ok(w.state)
             }
             Err(ResumableError::Completed) => {
@@ -532,101 +598,120 @@ impl Store {
         Ok(Some(state))
     }
 
-    /// The bytes reserved by the unfinished uploads: the announced length of each upload whose
-    /// data file is in `.tmp/reprises` (what the kept totals count, `total.rs`).
-    pub(super) fn reserved_bytes(&self) -> io::Result<u64> {
+    /// The sweep's judgement of the upload `id`, whose entry in the expiry index has come due
+    /// (`index.rs`): the second its entry moves to while it lives (`Live`), or `Absent` once
+    /// nothing of it is left — an unfinished upload whose clocks ran out and that no writer
+    /// holds is removed (counted in `report`), the state of one published more than
+    /// `duree_inactivite_secondes` ago too, and a data file whose creation died before its state.
+    pub(super) fn judge_resumable(
+        &self,
+        id: &ResumableId,
+        now: i64,
+        report: &mut SweepReport,
+    ) -> io::Result<Verdict> {
         let Some(dir) = self.reprises(false)? else {
-            return Ok(0);
+            return Ok(Verdict::Absent);
         };
-        let mut sum = 0u64;
-        for raw in list_names(dir)? {
-            let Some(id) = raw
-                .strip_suffix(DATA.as_bytes())
-                .and_then(ResumableId::parse)
-            else {
-                continue;
-            };
-            if let Some(state) = read_state(dir, &id).filter(|s| s.publie.is_none()) {
-                sum = sum.saturating_add(state.taille_octets);
+        let Some(state) = read_state(dir, id) else {
+            if stat_entry(dir, id.data_name().as_bytes(), StatxFlags::TYPE).is_ok() {
+                self.remove_stateless(dir, id)?;
             }
+            return Ok(Verdict::Absent);
+        };
+        if state.publie.is_some() {
+            let kept_until = stat_entry(dir, id.state_name().as_bytes(), StatxFlags::MTIME)
+                .map_or(now, |st| st.mtime)
+                + self.lifetimes.max_idle;
+            if now > kept_until {
+                remove_entry(dir, &id.state_name());
+                return Ok(Verdict::Absent);
+            }
+            return Ok(Verdict::Live(kept_until));
         }
-        Ok(sum)
+        let st = match stat_entry(dir, id.data_name().as_bytes(), StatxFlags::MTIME) {
+            Ok(st) => st,
+            Err(e) if is_absent(&e) => {
+                return Ok(match self.recover(id).map_err(store_to_io)? {
+                    Some(_) => Verdict::Live(now + self.lifetimes.max_idle),
+                    None => Verdict::Absent,
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let deadline = state.deadline(self, st.mtime);
+        if now <= deadline {
+            return Ok(Verdict::Live(deadline));
+        }
+        let Ok(f) = open_at(dir, id.data_name(), OFlags::RDONLY) else {
+            return Ok(Verdict::Live(now + HELD_RECHECK_SECS));
+        };
+        if f.try_lock().is_err() || !self.still_data(dir, id, &f) {
+            return Ok(Verdict::Live(now + HELD_RECHECK_SECS));
+        }
+        self.remove_locked(dir, id, &state).map_err(store_to_io)?;
+        report.removed_resumables.push(state.nom);
+        Ok(Verdict::Absent)
     }
 
-    /// The sweep's part (`sweep.rs`): unfinished uploads whose clocks ran out and no writer
-    /// holds, data files whose creation died before their state, states of uploads published
-    /// more than `duree_inactivite_secondes` ago, states being written by a writer long gone;
-    /// at most [`REMOVALS_PER_SWEEP`] uploads. Returns the names of the uploads removed.
-    pub(super) fn sweep_resumables(&self, now: i64) -> io::Result<Vec<String>> {
-        let mut removed = Vec::new();
+    /// Every upload of `.tmp/reprises` judged as its due entry would be (the full sweep of
+    /// `balayage_intervalle_min_ms = 0`, which reads the whole store at every request): the
+    /// names of the unfinished uploads removed.
+    pub(super) fn judge_every_resumable(&self, now: i64) -> io::Result<Vec<String>> {
+        let mut report = SweepReport::default();
         let Some(dir) = self.reprises(false)? else {
-            return Ok(removed);
+            return Ok(Vec::new());
         };
-        for raw in list_names(dir)? {
-            if removed.len() >= REMOVALS_PER_SWEEP {
-                break;
-            }
-            if raw.ends_with(NEW.as_bytes()) {
-                if stat_entry(dir, &raw, StatxFlags::MTIME)
-                    .is_ok_and(|st| now - st.mtime > STALE_NEW_SECS)
-                {
-                    let _ = rustix::fs::unlinkat(dir, raw.as_slice(), AtFlags::empty());
-                }
-                continue;
-            }
-            if let Some(id) = raw
-                .strip_suffix(DATA.as_bytes())
-                .and_then(ResumableId::parse)
-            {
-                if read_state(dir, &id).is_none() {
-                    self.remove_stateless(dir, &id)?;
-                }
-                continue;
-            }
-            let Some(id) = raw
-                .strip_suffix(STATE.as_bytes())
-                .and_then(ResumableId::parse)
-            else {
-                continue;
-            };
-            let Some(state) = read_state(dir, &id) else {
-                continue;
-            };
-            if state.publie.is_some() {
-                if stat_entry(dir, &raw, StatxFlags::MTIME)
-                    .is_ok_and(|st| now - st.mtime > self.lifetimes.max_idle)
-                {
-                    remove_entry(dir, &id.state_name());
-                }
-                continue;
-            }
-            match stat_entry(dir, id.data_name().as_bytes(), StatxFlags::MTIME) {
-                Err(e) if is_absent(&e) => {
-                    self.recover(&id).map_err(store_to_io)?;
-                }
-                Err(e) => return Err(e),
-                Ok(st) if now > state.deadline(self, st.mtime) => {
-                    let Ok(f) = open_at(dir, id.data_name(), OFlags::RDONLY) else {
-                        continue;
-                    };
-                    if f.try_lock().is_ok() && self.still_data(dir, &id, &f) {
-                        self.remove_locked(dir, &id, &state).map_err(store_to_io)?;
-                        removed.push(state.nom);
-                    }
-                }
-                Ok(_) => {}
-            }
+        let mut ids: Vec<ResumableId> = super::list_names(dir)?
+            .iter()
+            .filter_map(|raw| id_of(raw))
+            .collect();
+        ids.sort_unstable_by_key(ResumableId::hex);
+        ids.dedup();
+        for id in ids {
+            self.judge_resumable(&id, now, &mut report)?;
         }
-        Ok(removed)
+        Ok(report.removed_resumables)
+    }
+
+    /// What the walk of the index files for a name of `.tmp/reprises` (`index.rs`): the upload
+    /// it belongs to and the second its entry goes in (its deadline; one past already when it
+    /// is due). A state being written whose writer is long gone is removed instead.
+    pub(super) fn walked_resumable(&self, raw: &[u8], now: i64) -> Option<(ResumableId, i64)> {
+        let dir = self.reprises(false).ok()??;
+        if raw.ends_with(NEW.as_bytes()) {
+            if stat_entry(dir, raw, StatxFlags::MTIME)
+                .is_ok_and(|st| now - st.mtime > STALE_NEW_SECS)
+            {
+                let _ = rustix::fs::unlinkat(dir, raw, AtFlags::empty());
+            }
+            return None;
+        }
+        let id = id_of(raw)?;
+        let second = match read_state(dir, &id) {
+            Some(state) if state.publie.is_none() => {
+                match stat_entry(dir, id.data_name().as_bytes(), StatxFlags::MTIME) {
+                    Ok(st) => state.deadline(self, st.mtime),
+                    Err(_) => now - 1,
+                }
+            }
+            Some(_) => stat_entry(dir, id.state_name().as_bytes(), StatxFlags::MTIME)
+                .map_or(now - 1, |st| st.mtime + self.lifetimes.max_idle),
+            None => now - 1,
+        };
+        Some((id, second))
     }
 
     /// A data file without state: its creation died (it creates the data file, then the state,
-    /// under the exclusive store lock, which this takes to tell). Its reservation, of a length
-    /// nobody recorded, is left to the next check of the totals.
+    /// under the exclusive store lock, which this takes to tell). Its reservation (the data
+    /// file's length, when it was given one) is given back.
     fn remove_stateless(&self, dir: &OwnedFd, id: &ResumableId) -> io::Result<()> {
-        let _lock = self.lock_exclusive()?;
+        let lock = self.lock_exclusive()?;
         if read_state(dir, id).is_none() {
-            let _ = rustix::fs::unlinkat(dir, id.data_name(), AtFlags::empty());
+            let size = stat_entry(dir, id.data_name().as_bytes(), StatxFlags::SIZE)
+                .map_or(0, |st| st.size);
+            if rustix::fs::unlinkat(dir, id.data_name(), AtFlags::empty()).is_ok() {
+                self.release(size, &lock);
+            }
         }
         Ok(())
     }
@@ -720,13 +805,37 @@ impl ResumableWriter {
         Ok(())
     }
 
+    /// The SHA-256 the sender states for the whole file on a later request than the creation
+    /// (`Repr-Digest` on a part): recorded in the state when none was stated yet, so that the
+    /// publication checks it; `Err` with the digest already stated when it says otherwise.
+    pub fn state_sha256(&mut self, digest: [u8; 32]) -> Result<(), ResumableError> {
+        let stated = hex(&digest);
+        match &self.state.sha256 {
+            Some(already) if *already == stated => Ok(()),
+            Some(already) => Err(ResumableError::DigestContradicts(already.clone())),
+            None => {
+                let state = ResumableState {
+                    sha256: Some(stated),
+                    ..self.state.clone()
+                };
+                write_state(&self.dir, &self.id, &state)?;
+                self.state = state;
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes the upload this writer holds (a cancellation): data file, reservation, state.
+    pub fn cancel(&self, store: &Store) -> Result<(), StoreError> {
+        store.remove_locked(&self.dir, &self.id, &self.state)
+    }
+
     /// The last part is in: checkpoint, the whole file's SHA-256 (carried from part to part in
     /// the state, [`ResumableState::empreinte_partielle`]; read again from the file for a state
-    /// that kept none), compared with the stated one (a mismatch removes the
-    /// upload: nothing published, nothing left, `DigestMismatch`), then the publication under
-    /// its name exactly as a one-shot upload's: sidecar written and synced, index entry filed,
-    /// then under the exclusive store lock the reservation turned into the file and the two
-    /// renames; the state records what was published last.
+    /// that kept none), then the store's one publication (`publish.rs`: the stated SHA-256
+    /// compared, sidecar, index entry, the reservation turned into the file, the two renames) —
+    /// a mismatch removes the upload: nothing published, nothing left, `DigestMismatch`; then
+    /// the state records what was published. The data file's lock is held throughout.
     pub fn complete(mut self, store: &Store) -> Result<Published, ResumableError> {
         self.checkpoint()?;
         let length = self.state.taille_octets;
@@ -740,18 +849,28 @@ impl ResumableWriter {
             Some(h) => h.finalize(),
             None => digest_of(&self.file, length)?,
         };
-        if let Some(stated) = &self.state.sha256
-            && *stated != hex(&digest)
-        {
-            store.remove_locked(&self.dir, &self.id, &self.state)?;
-            return Err(StoreError::DigestMismatch {
-                stated: stated.clone(),
-                received: hex(&digest),
-            }
-            .into());
-        }
         let name = self.state.name()?;
-        let published = self.publish(store, &name, digest)?;
+        let dir = rustix::io::fcntl_dupfd_cloexec(&self.dir, 0).map_err(io::Error::from)?;
+        let mut upload = store.begin_resumed_publication(
+            self.file.try_clone()?,
+            dir,
+            self.id.data_name(),
+            length,
+            digest,
+        )?;
+        if let Some(stated) = self.state.sha256.as_deref().and_then(unhex) {
+            upload.expect_sha256(stated);
+        }
+        pause_point("reprise-avant-publication");
+        let published = match upload.publish(store, &name) {
+            Ok(p) => p,
+            Err(e @ StoreError::DigestMismatch { .. }) => {
+                store.remove_locked(&self.dir, &self.id, &self.state)?;
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        pause_point("reprise-apres-renommage");
         let state = ResumableState {
             publie: Some(PublishedRecord {
                 fiche: published.sidecar.clone(),
@@ -762,84 +881,20 @@ impl ResumableWriter {
         write_state(&self.dir, &self.id, &state)?;
         Ok(published)
     }
-
-    fn publish(
-        &mut self,
-        store: &Store,
-        name: &Name,
-        digest: [u8; 32],
-    ) -> Result<Published, StoreError> {
-        let (mut sc, sc_part) = {
-            let lock = store.lock_shared()?;
-            store.new_part(&format!(".meta{PART_SUFFIX}"), &lock)?
-        };
-        let sc_guard = Temporary {
-            dir: &store.tmp_fd,
-            name: Some(sc_part),
-        };
-        // mtime = the publication time: "never downloaded" counts from the upload.
-        let published_at = SystemTime::now();
-        self.file.set_modified(published_at)?;
-        let since_epoch = published_at.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let sidecar = Sidecar {
-            nom_original: name.as_str().to_string(),
-            depot_timestamp: since_epoch.as_secs() as i64,
-            taille_octets: self.state.taille_octets,
-            inode: Some(self.state.inode),
-            depot_nanosecondes: Some(since_epoch.subsec_nanos()),
-        };
-        sc.write_all(&serde_json::to_vec(&sidecar).expect("sidecar serialises"))?;
-        start_writeback(&sc);
-        self.file.sync_all()?;
-        sc.sync_all()?;
-        store.file_entry(name, store.lifetimes.shortest_from(sidecar.depot_timestamp))?;
-        pause_point("reprise-avant-publication");
-        {
-            let lock = store.lock_exclusive()?;
-            let pending =
-                store.before_resumed_publication(name, self.state.taille_octets, &lock)?;
-            let sc_name = name.sidecar_file_name();
-            let sc_part = sc_guard.name.as_deref().expect("not yet renamed");
-            rustix::fs::renameat(&store.tmp_fd, sc_part, &store.meta_fd, &sc_name)?;
-            rustix::fs::renameat(
-                &self.dir,
-                self.id.data_name(),
-                &store.root_fd,
-                name.as_str(),
-            )?;
-            pause_point("reprise-apres-renommage");
-            store.after_publication(pending, &lock)?;
-        }
-        sc_guard.disarm();
-        drop(sc);
-        for dir in [&store.root_fd, &store.meta_fd] {
-            let _ = rustix::fs::fsync(dir);
-        }
-        Ok(Published {
-            sidecar,
-            sha256_hex: hex(&digest),
-        })
-    }
 }
 
-/// A temporary of `.tmp` removed on drop unless disarmed.
-struct Temporary<'a> {
-    dir: &'a OwnedFd,
-    name: Option<String>,
-}
-
-impl Temporary<'_> {
-    fn disarm(mut self) {
-        self.name = None;
+/// 64 hexadecimal digits (as [`hex`] writes them) back to 32 bytes.
+fn unhex(text: &str) -> Option<[u8; 32]> {
+    let text = text.as_bytes();
+    if text.len() != 64 {
+        return None;
     }
-}
-
-impl Drop for Temporary<'_> {
-    fn drop(&mut self) {
-        if let Some(name) = self.name.take() {
-            let _ = rustix::fs::unlinkat(self.dir, name.as_str(), AtFlags::empty());
-        }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = [0u8; 32];
+    for (i, pair) in text.chunks(2).enumerate() {
+        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
     }
+    Some(out)
 }
 
 /// The SHA-256 a writer goes on with: from the state's saved one, with the bytes between its

@@ -42,9 +42,9 @@ pub struct SweepReport {
 }
 
 impl SweepReport {
-    /// Pairs and half pairs removed.
+    /// Pairs, half pairs and unfinished resumable uploads removed.
     pub fn removed(&self) -> usize {
-        self.removed_files.len() + self.removed_orphans.len()
+        self.removed_files.len() + self.removed_orphans.len() + self.removed_resumables.len()
     }
 }
 
@@ -167,7 +167,6 @@ impl Store {
         };
         report.pending = self.sweep_index(now, &mut report)?;
         report.removed_temporaries = self.remove_dead_temporaries()?;
-        report.removed_resumables = self.sweep_resumables(now)?;
         if !report.pending {
             report.pending = self.walk_step(now)?;
         }
@@ -240,10 +239,18 @@ impl Store {
             }
         }
         report.removed_temporaries = self.remove_dead_temporaries()?;
-        report.removed_resumables = self.sweep_resumables(now)?;
-        // Bounded, should an entry resist its removal (a folder made read-only).
+        // Every resumable upload too: this sweep reads the whole store.
+        report.removed_resumables = self.judge_every_resumable(now)?;
+        // The index's due entries: those of pairs removed above are dropped, the resumable
+        // uploads (which only the index knows) judged. Bounded, should an entry resist its
+        // removal (a folder made read-only).
         for _ in 0..64 {
-            if !self.sweep_index(now, &mut SweepReport::default())? {
+            let mut more = SweepReport::default();
+            let pending = self.sweep_index(now, &mut more)?;
+            report
+                .removed_resumables
+                .append(&mut more.removed_resumables);
+            if !pending {
                 break;
             }
         }

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
+use sha2::Digest;
+
 use super::*;
 use crate::config;
 use crate::names::Name;
@@ -1122,4 +1124,331 @@ fn an_x_sendfile_alias_names_the_looked_up_inode_and_goes_after_a_minute() {
         ),
         "an alias from a clock ahead is young"
     );
+}
+
+/// The buckets of the resumable uploads in the expiry index, and the ids filed in each.
+fn resumable_entries(files: &Path) -> Vec<(i64, Vec<String>)> {
+    let index = files.join(".tmp/index");
+    let mut out: Vec<(i64, Vec<String>)> = names_in(&index)
+        .iter()
+        .filter_map(|n| {
+            let second = n.strip_suffix(".reprises")?.parse().ok()?;
+            Some((second, names_in(&index.join(n))))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Moves every bucket of resumable uploads `secs` seconds back, and their data files' mtimes
+/// and creation seconds with them: as if they were made that long ago.
+fn age_resumables(files: &Path, secs: i64) {
+    let index = files.join(".tmp/index");
+    for (second, _) in resumable_entries(files) {
+        std::fs::rename(
+            index.join(format!("{second}.reprises")),
+            index.join(format!("{}.reprises", second - secs)),
+        )
+        .unwrap();
+    }
+    let dir = files.join(".tmp/reprises");
+    for name in names_in(&dir) {
+        let path = dir.join(&name);
+        if name.ends_with(".etat") {
+            let mut state: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            state["cree_a"] = (state["cree_a"].as_i64().unwrap() - secs).into();
+            std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+        } else if name.ends_with(".part") {
+            set_mtime(&path, secs as u64);
+        }
+    }
+}
+
+fn resumable(store: &Store, name: &str, length: u64) -> ResumableId {
+    store
+        .create_resumable(&Name::parse(name.as_bytes()).unwrap(), length, None)
+        .unwrap()
+        .0
+}
+
+/// A resumable upload lives in the expiry index from its creation: its data file is as long as
+/// it announced (the reservation the check of the totals reads), it is counted, and once its
+/// inactivity delay has passed the sweep of the index removes it, its reservation and its count
+/// given back, and drops its entry.
+#[test]
+fn an_unfinished_upload_expires_by_the_index() {
+    let d = memory_tempdir();
+    let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 60");
+    let files = d.path().join("files");
+    let id = resumable(&store, "r.bin", 1000);
+    let data = files.join(format!(".tmp/reprises/{}.part", id.hex()));
+    assert_eq!(std::fs::metadata(&data).unwrap().len(), 1000);
+    let entries = resumable_entries(&files);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].1, vec![id.hex()]);
+    assert!((entries[0].0 - (now_secs() + 60)).abs() <= 1);
+    let t = store.totals_unlocked();
+    assert_eq!((t.bytes.now, t.resumables.now), (Some(1000), Some(1)));
+    // Written to, then idle past its delay.
+    let mut w = store.resumable_writer(&id).unwrap();
+    w.write(&[7; 10]).unwrap();
+    w.checkpoint().unwrap();
+    drop(w);
+    let r = store.sweep_now().unwrap();
+    assert!(r.removed_resumables.is_empty(), "not due yet: {r:?}");
+    age_resumables(&files, 120);
+    let r = store.sweep_now().unwrap();
+    assert_eq!(r.removed_resumables, vec!["r.bin".to_string()], "{r:?}");
+    assert!(names_in(&files.join(".tmp/reprises")).is_empty());
+    assert!(resumable_entries(&files).is_empty());
+    let t = store.totals_unlocked();
+    assert_eq!((t.bytes.now, t.resumables.now), (Some(0), Some(0)));
+    assert!(matches!(store.resumable(&id), Err(ResumableError::Unknown)));
+}
+
+/// The sweep judges an upload only once its entry is due: a live one is moved to its real
+/// deadline (pushed later by what was written), an expired one held by a writer is left to
+/// it, and at most the budget of removals goes in one sweep, the next sweep going on.
+#[test]
+fn unfinished_uploads_go_by_the_index_within_the_budget() {
+    let d = memory_tempdir();
+    let (_, store) = test_store(
+        d.path(),
+        "duree_inactivite_secondes = 60\nduree_max_depot_secondes = 3600",
+    );
+    let files = d.path().join("files");
+    let ids: Vec<ResumableId> = (0..70)
+        .map(|i| resumable(&store, &format!("r{i}"), 5))
+        .collect();
+    // One is held by a writer: never removed while it is.
+    let held = store.resumable_writer(&ids[1]).unwrap();
+    age_resumables(&files, 120);
+    // One was written to a moment ago: alive, its entry moved to its real deadline.
+    set_mtime(
+        &files.join(format!(".tmp/reprises/{}.part", ids[0].hex())),
+        0,
+    );
+    let r = store.sweep_now().unwrap();
+    assert!(r.pending, "{r:?}");
+    assert_eq!(r.removed_resumables.len(), index::REMOVALS_PER_SWEEP);
+    let r = store.sweep_now().unwrap();
+    assert!(!r.pending, "{r:?}");
+    assert_eq!(
+        r.removed_resumables.len(),
+        70 - 2 - index::REMOVALS_PER_SWEEP
+    );
+    let left = names_in(&files.join(".tmp/reprises"));
+    assert_eq!(left.len(), 4, "{left:?}");
+    // Only the two that live keep entries (the walk that followed may have filed the held
+    // one again at its passed deadline: judged again by the next sweep).
+    let mut entries: Vec<String> = resumable_entries(&files)
+        .into_iter()
+        .flat_map(|(_, ids)| ids)
+        .collect();
+    entries.sort();
+    entries.dedup();
+    let mut expected = vec![ids[0].hex(), ids[1].hex()];
+    expected.sort();
+    assert_eq!(entries, expected);
+    drop(held);
+    assert_eq!(store.totals_unlocked().resumables.now, Some(2));
+}
+
+/// `nombre_max_reprises_en_cours`: a creation beyond it is refused and creates nothing; one that
+/// ends (published, cancelled, expired) makes room.
+#[test]
+fn the_count_of_unfinished_uploads_is_capped() {
+    let d = memory_tempdir();
+    let (_, store) = test_store(d.path(), "nombre_max_reprises_en_cours = 3");
+    let files = d.path().join("files");
+    let ids: Vec<ResumableId> = (0..3)
+        .map(|i| resumable(&store, &format!("r{i}"), 0))
+        .collect();
+    let before = (
+        names_in(&files.join(".tmp/reprises")),
+        resumable_entries(&files),
+    );
+    let refused = store.create_resumable(&Name::parse(b"x").unwrap(), 0, None);
+    assert!(
+        matches!(refused, Err(StoreError::TooManyResumables { max: 3 })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        (
+            names_in(&files.join(".tmp/reprises")),
+            resumable_entries(&files)
+        ),
+        before,
+        "nothing created"
+    );
+    // Published: no longer unfinished.
+    let w = store.resumable_writer(&ids[0]).unwrap();
+    w.complete(&store).unwrap();
+    assert_eq!(store.totals_unlocked().resumables.now, Some(2));
+    resumable(&store, "r3", 0);
+    // Cancelled: the same.
+    store.cancel_resumable(&ids[1]).unwrap();
+    resumable(&store, "r4", 0);
+    assert!(
+        store
+            .create_resumable(&Name::parse(b"y").unwrap(), 0, None)
+            .is_err()
+    );
+    // A count that drifted above the truth (a crash) does not refuse for long: a refusal rests
+    // on a count checked less than a minute ago.
+    std::fs::remove_file(files.join(format!(".tmp/reprises/{}.part", ids[2].hex()))).unwrap();
+    assert!(
+        store
+            .create_resumable(&Name::parse(b"z").unwrap(), 0, None)
+            .is_err()
+    );
+    age_totals_check(&files, total::REFUSAL_CHECK_SECS);
+    resumable(&store, "z", 0);
+    assert_eq!(store.totals_unlocked().resumables.now, Some(3));
+}
+
+/// A finished resumable upload goes through the store's one publication: the pair, the index
+/// entry and the totals as a one-shot upload's (its reservation turned into the file), the
+/// stated SHA-256 checked the same way.
+#[test]
+fn a_finished_resumable_upload_is_published_like_a_one_shot_upload() {
+    let d = memory_tempdir();
+    let (_, store) = test_store(d.path(), "taille_max_totale_octets = 100");
+    let files = d.path().join("files");
+    let data = b"0123456789";
+    let digest: [u8; 32] = sha2::Sha256::digest(data).into();
+    let (id, _) = store
+        .create_resumable(&Name::parse(b"r.bin").unwrap(), 10, Some(digest))
+        .unwrap();
+    assert_eq!(store.totals_unlocked().bytes.now, Some(10));
+    let mut w = store.resumable_writer(&id).unwrap();
+    w.write(&data[..4]).unwrap();
+    w.checkpoint().unwrap();
+    drop(w);
+    let mut w = store.resumable_writer(&id).unwrap();
+    assert_eq!(w.offset(), 4);
+    w.write(&data[4..]).unwrap();
+    let p = w.complete(&store).unwrap();
+    assert_eq!(p.sidecar.taille_octets, 10);
+    assert_eq!(std::fs::read(files.join("r.bin")).unwrap(), data);
+    let found = store
+        .lookup(&Name::parse(b"r.bin").unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.sidecar, p.sidecar);
+    let t = store.totals_unlocked();
+    assert_eq!(
+        (t.bytes.now, t.files.now, t.resumables.now),
+        (Some(10), Some(1), Some(0))
+    );
+    assert!(
+        index_entries(&files)
+            .iter()
+            .any(|(_, names)| names.contains(&"r.bin".to_string())),
+        "the pair's entry"
+    );
+    assert!(
+        names_in(&files.join(".tmp"))
+            .iter()
+            .all(|n| !n.ends_with(".part"))
+    );
+    let state = store.resumable(&id).unwrap();
+    assert_eq!(state.state.publie.unwrap().fiche, p.sidecar);
+    // Other bytes than the stated ones: nothing published, nothing kept, nothing reserved.
+    let (id, _) = store
+        .create_resumable(&Name::parse(b"s.bin").unwrap(), 10, Some(digest))
+        .unwrap();
+    let mut w = store.resumable_writer(&id).unwrap();
+    w.write(b"9876543210").unwrap();
+    assert!(matches!(
+        w.complete(&store),
+        Err(ResumableError::Store(StoreError::DigestMismatch { .. }))
+    ));
+    assert!(!files.join("s.bin").exists());
+    assert!(
+        names_in(&files.join(".tmp/reprises"))
+            .iter()
+            .all(|n| !n.starts_with(&id.hex()))
+    );
+    let t = store.totals_unlocked();
+    assert_eq!((t.bytes.now, t.resumables.now), (Some(10), Some(0)));
+}
+
+/// The check of the totals reads the reservations from the data files' lengths, and counts the
+/// unfinished uploads, in steps like the root.
+#[test]
+fn the_check_counts_the_reservations_and_the_unfinished_uploads() {
+    let d = memory_tempdir();
+    let (_, store) = test_store(d.path(), "");
+    let files = d.path().join("files");
+    put(&store, "f", &[1; 7]);
+    for i in 0..120 {
+        resumable(&store, &format!("r{i}"), 1000);
+    }
+    // A total that drifted: the check puts it right.
+    let path = files.join(".tmp/index/total");
+    let mut text = std::fs::read(&path).unwrap();
+    text[..21].copy_from_slice(format!("{:020}\n", 5).as_bytes());
+    text[7 * 21..8 * 21].copy_from_slice(format!("{:020}\n", 999).as_bytes());
+    std::fs::write(&path, text).unwrap();
+    age_totals_check(&files, total::CHECK_PERIOD_SECS + 1);
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        if let Some(c) = store
+            .check_step_with(now_secs(), total::tests::CHECK_STEP_FOR_TESTS)
+            .unwrap()
+        {
+            assert_eq!(c.to, 7 + 120 * 1000);
+            break;
+        }
+        assert!(steps < 20);
+    }
+    assert!(steps >= 3, "in steps: {steps}");
+    let t = store.totals_unlocked();
+    assert_eq!(
+        (t.bytes.now, t.files.now, t.resumables.now),
+        (Some(7 + 120_000), Some(1), Some(120))
+    );
+}
+
+/// An upload the index does not know (made by a version that filed no entry, or whose entry was
+/// lost) is filed by the walk; a creation that died between its data file and its state is
+/// removed by the sweep of its entry, a state being written whose writer died by the walk.
+#[test]
+fn the_walk_files_unfinished_uploads_the_index_does_not_know() {
+    let d = memory_tempdir();
+    let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 60");
+    let files = d.path().join("files");
+    let id = resumable(&store, "r.bin", 10);
+    let lost = resumable(&store, "lost.bin", 10);
+    for name in names_in(&files.join(".tmp/index")) {
+        let path = files.join(".tmp/index").join(&name);
+        if path.is_dir() {
+            std::fs::remove_dir_all(path).unwrap();
+        } else if name == "curseur" {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let reprises = files.join(".tmp/reprises");
+    std::fs::remove_file(reprises.join(format!("{}.etat", lost.hex()))).unwrap();
+    let stale = reprises.join(format!("{}.etat.1-0.nouveau", id.hex()));
+    std::fs::write(&stale, b"{").unwrap();
+    set_mtime(&stale, 2 * 3600);
+    while store.walk_step(now_secs()).unwrap() {}
+    let filed: Vec<String> = resumable_entries(&files)
+        .into_iter()
+        .flat_map(|(_, ids)| ids)
+        .collect();
+    assert!(filed.contains(&id.hex()), "{filed:?}");
+    assert!(!stale.exists());
+    // The lost creation's entry is due at once: its data file goes, its reservation with it.
+    let r = store.sweep_now().unwrap();
+    assert!(
+        !reprises.join(format!("{}.part", lost.hex())).exists(),
+        "{r:?}"
+    );
+    assert!(reprises.join(format!("{}.part", id.hex())).exists());
+    assert_eq!(store.totals_unlocked().resumables.now, Some(1));
 }

@@ -6,7 +6,8 @@
 //! bytes and the number of the files at the root (every name but `.meta` and `.tmp`, as a count
 //! adds them up), the bytes including what the unfinished resumable uploads announced (their
 //! reservations, `reprise.rs`: reserved at creation, given back when one expires or is
-//! cancelled, turned into the file when it is published), read and written only under the exclusive store lock, which every
+//! cancelled, turned into the file when it is published), and the number of those unfinished
+//! uploads (bounded by `nombre_max_reprises_en_cours`), read and written only under the exclusive store lock, which every
 //! publication and every removal holds, by all processes and nodes. The order of the writes
 //! makes a crash err on the safe side: a publication writes the larger of the old and the new
 //! total before its renames and the exact one after; a removal subtracts after its unlinks. A
@@ -27,11 +28,15 @@
 //! written by a version that kept none) is counted by the next check; until then a publication
 //! with a capacity counts it itself, once.
 //!
-//! The file: seven lines of 20 digits (21 bytes each, one `pwrite`): bytes now (20 `-` when not
+//! The file: ten lines of 20 digits (21 bytes each, one `pwrite`): bytes now (20 `-` when not
 //! known yet), bytes added, bytes removed, files now, files added, files removed, the second the
-//! last check ended. Versions that kept only the total read and write the first line alone.
-//! The check in progress is in `total.controle` (its position in the root and what it has
-//! added up, one line), so that it goes on across steps and processes.
+//! last check ended, unfinished resumable uploads now, added, removed. Versions that kept only
+//! the total read and write the first line alone, versions before the resumable uploads' count
+//! the first seven (what they leave of the last three is put right by the next check).
+//! The check in progress is in `total.controle` (the folder it walks — the root, then
+//! `.tmp/reprises`, whose data files are the reservations: each is as long as its upload
+//! announced —, its position there and what it has added up, one line), so that it goes on
+//! across steps and processes.
 
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
@@ -42,6 +47,7 @@ use rustix::fs::{AtFlags, OFlags, StatxFlags};
 
 use super::index::{StepBudget, walk_dir};
 use super::lock::ExclusiveGuard;
+use super::reprise::is_data_name;
 use super::{META, Store, StoreError, TMP, now_secs, open_at, stat_entry};
 use crate::names::Name;
 
@@ -54,7 +60,7 @@ const CHECK_NEW: &str = "total.controle.nouveau";
 /// Bytes of one line of the file: 20 characters and a newline.
 const WIDTH: usize = 21;
 /// Lines of the file.
-const LINES: usize = 7;
+const LINES: usize = 10;
 /// A check starts again this long after the last one ended: a drift is put right within about
 /// this long, plus the time a check takes.
 pub(super) const CHECK_PERIOD_SECS: i64 = 300;
@@ -114,6 +120,8 @@ pub struct Totals {
     pub files: Tally,
     /// The second the last check ended (0: never).
     pub checked_at: i64,
+    /// Unfinished resumable uploads (their data files in `.tmp/reprises`).
+    pub resumables: Tally,
 }
 
 impl Totals {
@@ -133,10 +141,16 @@ impl Totals {
             removed: next().unwrap_or(0),
         };
         let checked_at = next().map_or(0, |t| i64::try_from(t).unwrap_or(0));
+        let resumables = Tally {
+            now: next(),
+            added: next().unwrap_or(0),
+            removed: next().unwrap_or(0),
+        };
         Totals {
             bytes,
             files,
             checked_at,
+            resumables,
         }
     }
 
@@ -153,6 +167,9 @@ impl Totals {
         line(Some(self.files.added));
         line(Some(self.files.removed));
         line(Some(u64::try_from(self.checked_at).unwrap_or(0)));
+        line(self.resumables.now);
+        line(Some(self.resumables.added));
+        line(Some(self.resumables.removed));
         out
     }
 
@@ -161,62 +178,101 @@ impl Totals {
     fn check_due(&self, now: i64) -> bool {
         self.bytes.now.is_none()
             || self.files.now.is_none()
+            || self.resumables.now.is_none()
             || !(0..CHECK_PERIOD_SECS).contains(&(now - self.checked_at))
     }
 }
 
-/// A check under way: where it stands in the root, what it has added up, and the counters when
-/// it started.
+/// A check under way: the folder it walks, where it stands there, what it has added up, and the
+/// counters when it started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Check {
-    /// A position in the root, as the walk keeps one (`index.rs`).
+    /// The root, then `.tmp/reprises`.
+    in_reprises: bool,
+    /// A position in that folder, as the walk keeps one (`index.rs`).
     at: i64,
+    /// Bytes of the stored files and of the unfinished uploads' data files (their reservations).
     bytes: u64,
     files: u64,
+    /// Unfinished resumable uploads (data files of `.tmp/reprises`).
+    resumables: u64,
     start: Totals,
 }
 
 impl Check {
     fn starting(start: Totals) -> Check {
         Check {
+            in_reprises: false,
             at: 0,
             bytes: 0,
             files: 0,
+            resumables: 0,
             start,
         }
     }
 
+    /// One line: the seven fields versions before the resumable uploads' count read (position,
+    /// bytes, files and the counters of both), then the folder, the uploads counted and their
+    /// counters.
     fn line(&self) -> String {
-        let (b, f) = (self.start.bytes, self.start.files);
+        let (b, f, r) = (self.start.bytes, self.start.files, self.start.resumables);
+        let folder = if self.in_reprises {
+            "reprises"
+        } else {
+            "racine"
+        };
         format!(
-            "{} {} {} {} {} {} {}\n",
-            self.at, self.bytes, self.files, b.added, b.removed, f.added, f.removed
+            "{} {} {} {} {} {} {} {folder} {} {} {}\n",
+            self.at,
+            self.bytes,
+            self.files,
+            b.added,
+            b.removed,
+            f.added,
+            f.removed,
+            self.resumables,
+            r.added,
+            r.removed
         )
     }
 
+    /// Reads [`Check::line`]; a line of a version before the resumable uploads' count is a check
+    /// of the root with nothing counted yet in `.tmp/reprises`.
     fn parse(line: &str) -> Option<Check> {
         let mut w = line.split_whitespace();
         let at = w.next()?.parse().ok()?;
         let mut n = || -> Option<u64> { w.next()?.parse().ok() };
         let (bytes, files) = (n()?, n()?);
-        let start = Totals {
-            bytes: Tally {
-                now: None,
-                added: n()?,
-                removed: n()?,
-            },
-            files: Tally {
-                now: None,
-                added: n()?,
-                removed: n()?,
-            },
-            checked_at: 0,
+        let bytes_tally = Tally {
+            now: None,
+            added: n()?,
+            removed: n()?,
         };
+        let files_tally = Tally {
+            now: None,
+            added: n()?,
+            removed: n()?,
+        };
+        let mut rest = w;
+        let in_reprises = rest.next() == Some("reprises");
+        let mut m = || -> Option<u64> { rest.next()?.parse().ok() };
+        let (resumables, r_added, r_removed) = (m(), m(), m());
         Some(Check {
+            in_reprises: in_reprises && resumables.is_some(),
             at,
             bytes,
             files,
-            start,
+            resumables: resumables.unwrap_or(0),
+            start: Totals {
+                bytes: bytes_tally,
+                files: files_tally,
+                checked_at: 0,
+                resumables: Tally {
+                    now: None,
+                    added: r_added.unwrap_or(0),
+                    removed: r_removed.unwrap_or(0),
+                },
+            },
         })
     }
 }
@@ -278,25 +334,48 @@ impl Store {
         ))
     }
 
-    /// Under the exclusive lock: the `bytes` an unfinished resumable upload announced, reserved
-    /// from its creation (`reprise.rs`) when they keep the store within its capacity (see
-    /// [`Store::within_capacity`]). A reservation is counted as stored bytes, not as a file.
+    /// Under the exclusive lock, at the creation of a resumable upload: the `bytes` it
+    /// announced reserved, and the upload counted, when both keep the store within its capacity
+    /// (see [`Store::within_capacity`]) and within `max_resumables` unfinished uploads (the count
+    /// checked the same way: a refusal rests on a count checked less than
+    /// [`REFUSAL_CHECK_SECS`] ago). A reservation is counted as stored bytes, not as a file.
     pub(super) fn reserve(
         &self,
         bytes: u64,
+        max_resumables: u64,
         lock: ExclusiveGuard,
     ) -> Result<ExclusiveGuard, StoreError> {
-        let (lock, mut totals) = self.within_capacity(lock, |b| b.saturating_add(bytes))?;
+        let (mut lock, mut totals) = self.within_capacity(lock, |b| b.saturating_add(bytes))?;
+        let recent = |t: &Totals| (0..REFUSAL_CHECK_SECS).contains(&(now_secs() - t.checked_at));
+        let over = |t: &Totals| t.resumables.now.is_none_or(|n| n >= max_resumables);
+        if over(&totals) && !recent(&totals) {
+            drop(lock);
+            self.check_now()?;
+            lock = self.lock_exclusive()?;
+            totals = self.totals(&lock);
+            let after = totals.bytes.now.map(|b| b.saturating_add(bytes));
+            if self.capacity > 0 && after.is_none_or(|a| a > self.capacity) {
+                return Err(self.full());
+            }
+        }
+        if over(&totals) {
+            return Err(StoreError::TooManyResumables {
+                max: max_resumables,
+            });
+        }
         totals.bytes.add(bytes);
+        totals.resumables.add(1);
         self.set_totals(&totals, &lock)?;
         Ok(lock)
     }
 
-    /// Under the exclusive lock, once an unfinished upload's data is gone (expired, cancelled,
-    /// refused for its digest): its reservation given back.
+    /// Under the exclusive lock, once an unfinished upload's data file is gone (expired,
+    /// cancelled, refused for its digest, its creation undone): its reservation of `bytes` given
+    /// back and the upload no longer counted.
     pub(super) fn release(&self, bytes: u64, lock: &ExclusiveGuard) {
         let mut totals = self.totals(lock);
         totals.bytes.remove(bytes);
+        totals.resumables.remove(1);
         let _ = self.set_totals(&totals, lock);
     }
 
@@ -305,6 +384,7 @@ impl Store {
     /// counted), but the reservation leaves `.tmp/reprises` and the file arrives at the root,
     /// which a check may list on either side of the rename: counted as removed and added, so
     /// that the interval of a check running meanwhile holds the truth whichever side it saw.
+    /// The upload is no longer counted among the unfinished ones.
     pub(super) fn before_resumed_publication(
         &self,
         name: &Name,
@@ -318,10 +398,19 @@ impl Store {
         if old.is_none() {
             totals.files.add(1);
         }
+        totals.resumables.remove(1);
         self.set_totals(&totals, lock)?;
         Ok(Pending {
             shrink: old.unwrap_or(0),
         })
+    }
+
+    /// The refusal of a publication or a reservation beyond the capacity.
+    fn full(&self) -> StoreError {
+        StoreError::Full(format!(
+            "capacité du dépôt atteinte ({} octets)",
+            self.capacity
+        ))
     }
 
     /// Under the exclusive lock: whether the kept bytes, changed by `after`, stay within the
@@ -353,10 +442,7 @@ impl Store {
                 }
             }
             if self.capacity > 0 && after.is_none_or(|a| a > self.capacity) {
-                return Err(StoreError::Full(format!(
-                    "capacité du dépôt atteinte ({} octets)",
-                    self.capacity
-                )));
+                return Err(self.full());
             }
             return Ok((lock, totals));
         }
@@ -391,9 +477,9 @@ impl Store {
         let mut totals = self.totals(&lock);
         let mut check = Check::starting(totals);
         self.check_steps(&mut check, &mut StepBudget::unbounded())?;
-        check.bytes = check.bytes.saturating_add(self.reserved_bytes()?);
         totals.bytes.now = Some(check.bytes);
         totals.files.now = Some(check.files);
+        totals.resumables.now = Some(check.resumables);
         totals.checked_at = now_secs();
         self.set_totals(&totals, &lock)?;
         Ok(check.bytes)
@@ -468,30 +554,53 @@ impl Store {
         }
     }
 
-    /// Adds up the root from where `check` stands, within `budget`; says whether the root ended.
+    /// Adds up the root, then `.tmp/reprises` (the unfinished uploads' data files: a
+    /// reservation is as long as its upload announced), from where `check` stands, within
+    /// `budget`; says whether both ended.
     fn check_steps(&self, check: &mut Check, budget: &mut StepBudget) -> io::Result<bool> {
-        let (at, ended) = add_up(
-            &self.root_fd,
+        if !check.in_reprises {
+            let (at, ended) = add_up(
+                &self.root_fd,
+                check.at,
+                budget,
+                &mut check.bytes,
+                &mut check.files,
+            )?;
+            check.at = at;
+            if !ended {
+                return Ok(false);
+            }
+            check.in_reprises = true;
+            check.at = 0;
+            if budget.used_up() {
+                return Ok(false);
+            }
+        }
+        let Some(dir) = self.reprises(false)? else {
+            return Ok(true);
+        };
+        let (at, ended) = add_up_reservations(
+            dir,
             check.at,
             budget,
             &mut check.bytes,
-            &mut check.files,
+            &mut check.resumables,
         )?;
         check.at = at;
         Ok(ended)
     }
 
-    /// The end of a check: the reservations of the unfinished resumable uploads added up
-    /// (`reprise.rs`: the kept bytes count them, so the check does too), then under the
-    /// exclusive lock the totals brought into what the listing allows, and the check's time
-    /// written.
+    /// The end of a check: under the exclusive lock, the totals brought into what the listing
+    /// allows, and the check's time written.
     fn finish_check(&self, check: &Check) -> io::Result<Correction> {
-        let seen = check.bytes.saturating_add(self.reserved_bytes()?);
         let lock = self.lock_exclusive()?;
         let mut totals = self.totals(&lock);
         let from = totals.bytes.now;
-        totals.bytes.correct(seen, check.start.bytes);
+        totals.bytes.correct(check.bytes, check.start.bytes);
         totals.files.correct(check.files, check.start.files);
+        totals
+            .resumables
+            .correct(check.resumables, check.start.resumables);
         totals.checked_at = now_secs();
         self.set_totals(&totals, &lock)?;
         Ok(Correction {
@@ -577,6 +686,27 @@ pub(super) fn add_up(
     })
 }
 
+/// Adds up the data files of `.tmp/reprises` (`dir`) from the position `at` within `budget`:
+/// their sizes into `bytes` (each is as long as its upload announced, `reprise.rs`), their
+/// number into `count`; says the position reached and whether the folder ended.
+pub(super) fn add_up_reservations(
+    dir: &OwnedFd,
+    at: i64,
+    budget: &mut StepBudget,
+    bytes: &mut u64,
+    count: &mut u64,
+) -> io::Result<(i64, bool)> {
+    walk_dir(dir, at, budget, |raw| {
+        if is_data_name(raw)
+            && let Ok(st) = stat_entry(dir, raw, StatxFlags::SIZE)
+        {
+            *bytes = bytes.saturating_add(st.size);
+            *count += 1;
+        }
+        Ok(())
+    })
+}
+
 /// What a publication leaves to do after its renames: the bytes the replaced file had beyond
 /// the new one.
 pub(super) struct Pending {
@@ -604,10 +734,21 @@ pub(super) mod tests {
                 removed: 2,
             },
             checked_at: 1_785_000_000,
+            resumables: Tally {
+                now: Some(4),
+                added: 9,
+                removed: 5,
+            },
         };
         let text = t.render();
         assert_eq!(text.len(), WIDTH * LINES);
         assert_eq!(Totals::parse(&text), t);
+        // What a version before the resumable uploads' count wrote: seven lines, the count
+        // unknown (a check counts it).
+        let seven = Totals::parse(&text[..WIDTH * 7]);
+        assert_eq!((seven.bytes, seven.files), (t.bytes, t.files));
+        assert_eq!(seven.resumables.now, None);
+        assert!(seven.check_due(t.checked_at));
         // What a version that kept only the total wrote, and writes over the first line.
         let old = Totals::parse(format!("{:020}\n", 999).as_bytes());
         assert_eq!(old.bytes.now, Some(999));
@@ -668,10 +809,12 @@ pub(super) mod tests {
 
     #[test]
     fn the_check_state_reads_back() {
-        let c = Check {
+        let mut c = Check {
+            in_reprises: false,
             at: -12,
             bytes: 5,
             files: 2,
+            resumables: 0,
             start: Totals {
                 bytes: Tally {
                     now: None,
@@ -684,9 +827,24 @@ pub(super) mod tests {
                     removed: 6,
                 },
                 checked_at: 0,
+                resumables: Tally {
+                    now: None,
+                    added: 4,
+                    removed: 3,
+                },
             },
         };
         assert_eq!(Check::parse(&c.line()), Some(c));
+        c.in_reprises = true;
+        c.resumables = 11;
+        assert_eq!(Check::parse(&c.line()), Some(c));
+        // The line of a version before the count: the root, nothing counted in `.tmp/reprises`.
+        let old = Check::parse("-12 5 2 9 8 7 6\n").unwrap();
+        assert!(!old.in_reprises);
+        assert_eq!((old.at, old.bytes, old.resumables), (-12, 5, 0));
+        // The first seven fields are the ones that version reads.
+        let words: Vec<String> = c.line().split_whitespace().map(String::from).collect();
+        assert_eq!(words[..7].join(" "), "-12 5 2 9 8 7 6");
         assert_eq!(Check::parse("1 2 3"), None);
     }
 }

@@ -126,8 +126,15 @@ fn a_second_writer_is_refused_and_a_part_killed_midway_is_taken_back() {
     assert_eq!(second.status, 409, "{}", shown(&second));
     assert_eq!(error_code(&second), "reprise_occupee");
     assert!(second.header("retry-after").is_some());
-    // The offset is the durable one: nothing of the stopped part.
-    assert_eq!(offset(s, &url), 0);
+    assert_eq!(second.header("upload-complete"), Some("?0"));
+    // The offset query waits for the writer (the offset it answers must be the next part's),
+    // a bounded time: this one does not let go, so the sender is told to ask again.
+    let asked = Instant::now();
+    let busy = head(s, &url);
+    assert_eq!(busy.status, 503, "{:?}", busy.headers);
+    assert_eq!(busy.header("retry-after"), Some("1"));
+    assert!(busy.header("upload-offset").is_none());
+    assert!(asked.elapsed() >= Duration::from_secs(4));
 
     signal(writer, Signal::KILL);
     let answer = first.join().unwrap();
@@ -161,6 +168,80 @@ fn a_second_writer_is_refused_and_a_part_killed_midway_is_taken_back() {
     assert_eq!(j["sha256"], hex(&sha256(&data)), "{}", j["erreur"]);
     assert_eq!(fs::read(s.files().join("tenace.bin")).unwrap(), data);
     assert!(!data_file.exists());
+}
+
+/// A `PATCH` of `data` at `offset` sent by curl on a thread of its own (its process may stop at
+/// a pause point); the thread returns the status and the body.
+fn patch_in_background(
+    s: &common::State,
+    url: &str,
+    offset: u64,
+    complete: bool,
+    data: Vec<u8>,
+) -> std::thread::JoinHandle<(String, String)> {
+    let (url, auth) = (url.to_string(), common::reprise::auth(s));
+    std::thread::spawn(move || {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("p"), &data).unwrap();
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "-w", "\n%{http_code}", "-X", "PATCH", "-H", &auth])
+            .arg("-H")
+            .arg(format!("Upload-Offset: {offset}"))
+            .arg("-H")
+            .arg(format!("Upload-Complete: ?{}", u8::from(complete)))
+            .args(["-H", "Content-Type: application/partial-upload"])
+            .arg("--data-binary")
+            .arg(format!("@{}", d.path().join("p").display()))
+            .arg(&url)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (status.to_string(), body.to_string())
+    })
+}
+
+/// The draft's rule on concurrency: the offset an offset query answers is the one the next part
+/// is accepted at. A `HEAD` that arrives while a part is still being written (its sender gave
+/// up on it, a cut connection, and asks where to resume) waits for that writer and answers the
+/// offset it recorded; the next part, sent from there, is accepted, and the file is whole.
+#[test]
+fn the_offset_answered_while_a_part_is_written_is_the_next_parts() {
+    let a = paused_at("reprise-pendant-ecriture", &[]);
+    let s = &a.state;
+    let data = bytes(3 * MIB as usize, 23);
+    let url = location(&create(s, "suite.bin", data.len() as u64, None));
+    let part = 2 * MIB as usize;
+    let first = patch_in_background(s, &url, 0, false, data[..part].to_vec());
+    let writer = stopped(&a);
+    let asked = {
+        let (s_url, auth) = (url.clone(), common::reprise::auth(s));
+        std::thread::spawn(move || {
+            let out = std::process::Command::new("curl")
+                .args(["-sS", "-I", "-H", &auth, &s_url])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).to_lowercase()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !asked.is_finished(),
+        "the offset query waits for the writer"
+    );
+    signal(writer, Signal::CONT);
+    assert_eq!(first.join().unwrap().0, "204");
+    let head = asked.join().unwrap();
+    assert!(head.starts_with("http/1.1 204"), "{head}");
+    assert!(
+        head.contains(&format!("upload-offset: {part}\r\n")),
+        "{head}"
+    );
+    let last = patch_in_background(s, &url, part as u64, true, data[part..].to_vec());
+    signal(stopped(&a), Signal::CONT);
+    let (status, body) = last.join().unwrap();
+    assert_eq!(status, "200", "{body}");
+    assert_eq!(fs::read(s.files().join("suite.bin")).unwrap(), data);
 }
 
 #[test]

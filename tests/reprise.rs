@@ -11,6 +11,12 @@
 //! - the shell function `consignes` prints, run with `sh` as printed, sending 200 MiB through a
 //!   proxy that cuts connections at random points: byte-identical on download, and the memory of
 //!   every process of the pool bounded.
+//! - a creation carrying its first part (201, `Location`, `Upload-Offset`); a `Repr-Digest` on a
+//!   part recorded, checked at the end, refused when it contradicts; errors saying the real state;
+//! - the cap on unfinished uploads (507 `trop_de_reprises`, nothing created); a creation whose
+//!   body is cut leaving nothing; a `CONTENT_LENGTH` that overflows the offset (direct FastCGI);
+//! - the cost of a swept request with 1 500 unfinished uploads (`strace -f -c`) and their leaving
+//!   by the expiry index once expired.
 
 use depot_test_support as common;
 
@@ -230,6 +236,10 @@ fn a_file_sent_in_parts_through_apache_is_published_like_a_one_shot_upload() {
     let last = patch(s, &url, 2 * part as u64, true, &data[2 * part..]);
     assert_eq!(last.status, 200, "{}", shown(&last));
     assert_eq!(last.header("upload-complete"), Some("?1"));
+    assert_eq!(
+        last.header("upload-offset"),
+        Some(data.len().to_string().as_str())
+    );
     let j = last.json();
     assert_eq!(j["succes"], json!(true));
     assert_eq!(j["nom"], name);
@@ -582,4 +592,434 @@ fn a_part_cut_midway_is_kept_up_to_its_last_byte_and_resumed_from_there() {
             })
     });
     assert!(resumed_off_boundary, "{log}");
+}
+
+/// The state files under `.tmp/reprises`, and the entries of the expiry index for unfinished
+/// uploads (`.tmp/index/<second>.reprises/<id>`).
+fn unfinished(files: &std::path::Path) -> (usize, usize) {
+    let dir = files.join(".tmp/reprises");
+    if !dir.exists() {
+        return (0, 0);
+    }
+    let states = common::entries(&dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".etat"))
+        .count();
+    let index = files.join(".tmp/index");
+    let entries = common::entries(&index)
+        .into_iter()
+        .filter(|b| b.ends_with(".reprises"))
+        .map(|b| common::entries(&index.join(b)).len())
+        .sum();
+    (states, entries)
+}
+
+/// A creation that carries the first part answers 201 with where the upload is; a `Repr-Digest`
+/// stated on a part is recorded and checked against the final bytes, or refused when it
+/// contradicts the one already stated; an error says the upload's real state.
+#[test]
+fn a_creation_with_a_part_answers_201_and_a_digest_on_a_part_is_never_ignored() {
+    let a = Apache::start();
+    let s = &a.state;
+    let data = bytes(300_000, 11);
+    let other = bytes(300_000, 12);
+    let url_up = format!("{}/upload.php", s.url);
+    let (_d, first) = local_file("premier", &data[..100_000]);
+    let body = format!("@{}", first.display());
+    let a_h = auth(s);
+    let created = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        &a_h,
+        "-H",
+        "Upload-Complete: ?0",
+        "-H",
+        "Upload-Length: 300000",
+        "-H",
+        "Content-Type: application/partial-upload",
+        "-H",
+        "Content-Disposition: attachment; filename=\"avec-partie.bin\"",
+        "--data-binary",
+        &body,
+        &url_up,
+    ]);
+    let url = location(&created);
+    assert_eq!(created.header("upload-offset"), Some("100000"));
+    assert_eq!(created.header("upload-complete"), Some("?0"));
+    assert_eq!(offset(s, &url), 100_000);
+
+    // The right digest stated on a part: recorded, and a contradicting one later is refused.
+    let right = format!("Repr-Digest: {}", repr_digest(&sha256(&data)));
+    let wrong = format!("Repr-Digest: {}", repr_digest(&sha256(&other)));
+    let r = patch_with(
+        s,
+        &url,
+        100_000,
+        false,
+        &data[100_000..200_000],
+        &["-H", &right],
+    );
+    assert_eq!(r.status, 204, "{}", shown(&r));
+    let r = patch_with(s, &url, 200_000, true, &data[200_000..], &["-H", &wrong]);
+    assert_eq!(r.status, 400, "{}", shown(&r));
+    assert_eq!(error_code(&r), "requete_invalide");
+    // The error says where the upload really is: open, at 200 000.
+    assert_eq!(r.header("upload-offset"), Some("200000"));
+    assert_eq!(r.header("upload-complete"), Some("?0"));
+    assert_eq!(offset(s, &url), 200_000);
+    // A wrong offset on the final part: 409, and still open.
+    let r = patch(s, &url, 100_000, true, &data[100_000..]);
+    assert_eq!(r.status, 409, "{}", shown(&r));
+    assert_eq!(r.header("upload-complete"), Some("?0"));
+    assert_eq!(r.header("upload-offset"), Some("200000"));
+    let last = patch(s, &url, 200_000, true, &data[200_000..]);
+    assert_eq!(last.status, 200, "{}", shown(&last));
+    assert_eq!(last.json()["sha256"], hex(&sha256(&data)));
+    assert_downloads(&last, &data);
+
+    // A digest stated only on a part, wrong for the bytes sent: nothing is published.
+    let url = location(&create(s, "faux.bin", 300_000, None));
+    let r = patch_with(s, &url, 0, false, &data[..150_000], &["-H", &wrong]);
+    assert_eq!(r.status, 204, "{}", shown(&r));
+    let r = patch(s, &url, 150_000, true, &data[150_000..]);
+    assert_eq!(r.status, 400, "{}", shown(&r));
+    assert_eq!(error_code(&r), "empreinte_incorrecte");
+    assert!(!s.files().join("faux.bin").exists());
+    assert_eq!(head(s, &url).status, 404);
+    no_part_in_tmp(&s.files());
+    assert!(!resumable_path(&s.files(), &url, ".etat").exists());
+}
+
+/// Past `nombre_max_reprises_en_cours`, a creation gets 507 `trop_de_reprises` and nothing is
+/// created; a finished or cancelled upload gives its place back.
+#[test]
+fn the_cap_on_unfinished_uploads_refuses_a_creation_and_creates_nothing() {
+    let a = Apache::with(Mode::Fcgid, &[("nombre_max_reprises_en_cours", "3")]);
+    let s = &a.state;
+    let urls: Vec<String> = (0..3)
+        .map(|i| location(&create(s, &format!("r{i}.bin"), 1000, None)))
+        .collect();
+    assert_eq!(unfinished(&s.files()), (3, 3));
+    let kept = totals(&s.files());
+    for _ in 0..3 {
+        let r = create(s, "de-trop.bin", 1000, None);
+        assert_eq!(r.status, 507, "{}", shown(&r));
+        assert_eq!(error_code(&r), "trop_de_reprises");
+        assert!(r.header("location").is_none());
+        assert!(r.header("upload-offset").is_none());
+    }
+    // Nothing created: no state, no index entry, no reservation.
+    assert_eq!(unfinished(&s.files()), (3, 3));
+    assert_eq!(totals(&s.files())[0], kept[0]);
+    let log = fs::read_to_string(s.log_file()).unwrap();
+    assert!(log.contains("REFUSÉ"), "{log}");
+    // A one-shot upload is not an unfinished upload: never refused by the cap.
+    let (_d, p) = local_file("direct.bin", &bytes(1000, 4));
+    assert_eq!(common::upload(s, &p).status, 200);
+    // One finished, one cancelled: two places back.
+    assert_eq!(patch(s, &urls[0], 0, true, &bytes(1000, 5)).status, 200);
+    let del = curl(&["-X", "DELETE", "-H", &auth(s), &urls[1]]);
+    assert_eq!(del.status, 204);
+    for i in 0..2 {
+        location(&create(s, &format!("n{i}.bin"), 1000, None));
+    }
+    assert_eq!(create(s, "de-trop.bin", 1000, None).status, 507);
+}
+
+/// Behind mod_proxy_fcgi (`--listen`) the body reaches the program as it arrives: a creation
+/// whose first part is cut leaves nothing the client could not reach — no upload, no
+/// reservation, no index entry.
+#[test]
+fn a_creation_whose_body_is_cut_leaves_nothing_behind() {
+    use std::io::Write;
+    let a = Apache::with(Mode::ProxyFcgi, &[]);
+    let s = &a.state;
+    let before = totals(&s.files()).first().copied().flatten().unwrap_or(0);
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let head = format!(
+        "POST /upload.php HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+         Upload-Complete: ?0\r\nUpload-Length: 4000000\r\nContent-Length: 4000000\r\n\
+         Content-Type: application/partial-upload\r\n\
+         Content-Disposition: attachment; filename=\"coupe.bin\"\r\n\r\n",
+        s.token
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(&bytes(500_000, 6)).unwrap();
+    c.flush().unwrap();
+    // Let the program see the creation and the bytes, then cut.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while unfinished(&s.files()).0 == 0 {
+        assert!(std::time::Instant::now() < deadline, "{}", s.logs());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(c);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // Gone at once: its state, its data and its place among the unfinished uploads (the index
+    // entry, an entry for nothing, is dropped when due like any other).
+    while unfinished(&s.files()).0 != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an unreachable upload is left: {:?}\n{}",
+            common::entries(&s.files().join(".tmp/reprises")),
+            s.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    no_part_in_tmp(&s.files());
+    let t = totals(&s.files());
+    assert_eq!((t[0], t[7]), (Some(before), Some(0)), "{t:?}");
+    assert!(!s.files().join("coupe.bin").exists());
+    // The store still serves.
+    let (_d, p) = local_file("apres.bin", &bytes(1000, 7));
+    assert_eq!(common::upload(s, &p).status, 200);
+}
+
+/// A direct FastCGI client (no web server to check it) states a `CONTENT_LENGTH` that, added to
+/// the offset, overflows: refused with 400, nothing written, the process alive.
+#[test]
+fn a_content_length_that_overflows_the_offset_is_refused() {
+    use common::fcgi::FcgiClient;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let config = root.join("config.toml");
+    let token = common::random_token();
+    common::config::TestConfig::new(root)
+        .set("token_acces", token.as_str())
+        .write(&config);
+    let creator = tempfile::tempdir().unwrap();
+    let (mut guard, socket) = common::listen_unix(&config, creator.path());
+    let auth = format!("Bearer {token}");
+    let call = |method: &str, uri: &str, extra: &[(&str, &str)], body: &[u8], len: &str| {
+        let mut c = FcgiClient::unix(&socket).unwrap();
+        let query = uri.split_once('?').map(|(_, q)| q).unwrap_or("");
+        let mut p = vec![
+            ("REQUEST_METHOD", method),
+            ("SCRIPT_NAME", "/upload.php"),
+            ("REQUEST_URI", uri),
+            ("QUERY_STRING", query),
+            ("HTTP_AUTHORIZATION", auth.as_str()),
+            ("CONTENT_LENGTH", len),
+            ("GATEWAY_INTERFACE", "CGI/1.1"),
+        ];
+        p.extend_from_slice(extra);
+        c.request(&p, body).unwrap()
+    };
+    let created = call(
+        "POST",
+        "/upload.php",
+        &[
+            ("HTTP_UPLOAD_COMPLETE", "?0"),
+            ("HTTP_UPLOAD_LENGTH", "1000"),
+            ("HTTP_CONTENT_DISPOSITION", "attachment; filename=\"x.bin\""),
+        ],
+        b"",
+        "0",
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    let loc = created.header("location").unwrap().to_string();
+    let uri = &loc[loc.find("/upload.php").unwrap()..];
+    let part = call(
+        "PATCH",
+        uri,
+        &[
+            ("HTTP_UPLOAD_OFFSET", "0"),
+            ("HTTP_UPLOAD_COMPLETE", "?0"),
+            ("CONTENT_TYPE", "application/partial-upload"),
+        ],
+        &[1u8; 10],
+        "10",
+    );
+    assert_eq!(part.status, 204, "{}", part.text());
+    for len in ["18446744073709551615", "18446744073709551606"] {
+        let r = call(
+            "PATCH",
+            uri,
+            &[
+                ("HTTP_UPLOAD_OFFSET", "10"),
+                ("HTTP_UPLOAD_COMPLETE", "?0"),
+                ("CONTENT_TYPE", "application/partial-upload"),
+            ],
+            b"",
+            len,
+        );
+        assert_eq!(r.status, 400, "{len}: {}", r.text());
+    }
+    let h = call("HEAD", uri, &[], b"", "0");
+    assert_eq!(h.header("upload-offset"), Some("10"), "{}", h.text());
+    assert!(guard.is_running());
+}
+
+/// One CGI request of the real binary: a download of a name nobody uploaded (404). With
+/// `traced`, run under `strace -f -c` and its `openat` calls counted. Returns (calls, status).
+fn cgi_download_of_nothing(config: &std::path::Path, token: &str, traced: bool) -> (u64, u16) {
+    let d = tempfile::tempdir().unwrap();
+    let counts = d.path().join("strace");
+    let mut c = if traced {
+        let mut c = std::process::Command::new("strace");
+        c.args(["-f", "-c", "-e", "trace=openat,open", "-o"])
+            .arg(&counts)
+            .arg(common::binary());
+        c
+    } else {
+        std::process::Command::new(common::binary())
+    };
+    let out = c
+        .env_clear()
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("SERVER_PROTOCOL", "HTTP/1.1")
+        .env("REQUEST_METHOD", "GET")
+        .env("SCRIPT_NAME", "/download.php")
+        .env("QUERY_STRING", format!("fichier=absent.bin&token={token}"))
+        .env("CONTENT_LENGTH", "0")
+        .env("DEPOT_FICHIERS_CONFIG", config)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let status = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Status: "))
+        .and_then(|s| s.get(..3))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    if !traced {
+        return (0, status);
+    }
+    let table = fs::read_to_string(&counts).unwrap();
+    let calls = table
+        .lines()
+        .filter(|l| l.ends_with(" openat") || l.ends_with(" open"))
+        .map(|l| l.split_whitespace().nth(3).unwrap().parse::<u64>().unwrap())
+        .sum();
+    (calls, status)
+}
+
+/// [`cgi_download_of_nothing`] traced, made after the sweep interval (1 s) so that it sweeps.
+fn openat_of_a_swept_request(config: &std::path::Path, token: &str) -> (u64, u16) {
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    cgi_download_of_nothing(config, token, true)
+}
+
+/// The cost of a swept request does not depend on how many uploads are unfinished (their
+/// deadlines are in the expiry index, not read one by one), and expired ones leave by that
+/// index under ordinary traffic, whatever their number: measured with `strace -f -c` on the real
+/// binary run as a CGI script, 1 500 unfinished uploads created over FastCGI, then traffic to a
+/// `--listen` process.
+#[test]
+fn unfinished_uploads_cost_a_swept_request_nothing_and_leave_by_the_index() {
+    use common::fcgi::FcgiClient;
+    const UPLOADS: usize = 1500;
+    const IDLE: u64 = 25;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let config = root.join("config.toml");
+    let token = common::random_token();
+    common::config::TestConfig::new(root)
+        .set("token_acces", token.as_str())
+        .set("duree_inactivite_secondes", IDLE as i64)
+        .set("nombre_max_reprises_en_cours", 2000)
+        .set("balayage_intervalle_min_ms", 1000)
+        .write(&config);
+    let files = root.join("files");
+    // The empty store, once adopted (its first requests walk it).
+    for _ in 0..3 {
+        openat_of_a_swept_request(&config, &token);
+    }
+    let empty: Vec<u64> = (0..3)
+        .map(|_| {
+            let (calls, status) = openat_of_a_swept_request(&config, &token);
+            assert_eq!(status, 404);
+            calls
+        })
+        .collect();
+
+    let creator = tempfile::tempdir().unwrap();
+    let (mut guard, socket) = common::listen_unix(&config, creator.path());
+    let auth = format!("Bearer {token}");
+    let started = std::time::Instant::now();
+    for i in 0..UPLOADS {
+        let mut c = FcgiClient::unix(&socket).unwrap();
+        let disposition = format!("attachment; filename=\"inacheve-{i}.bin\"");
+        let r = c
+            .request(
+                &[
+                    ("REQUEST_METHOD", "POST"),
+                    ("SCRIPT_NAME", "/upload.php"),
+                    ("REQUEST_URI", "/upload.php"),
+                    ("HTTP_AUTHORIZATION", &auth),
+                    ("HTTP_UPLOAD_COMPLETE", "?0"),
+                    ("HTTP_UPLOAD_LENGTH", "1000"),
+                    ("HTTP_CONTENT_DISPOSITION", &disposition),
+                    ("CONTENT_LENGTH", "0"),
+                    ("GATEWAY_INTERFACE", "CGI/1.1"),
+                ],
+                b"",
+            )
+            .unwrap();
+        assert_eq!(r.status, 201, "{i}: {}", r.text());
+    }
+    let created_in = started.elapsed();
+    guard.stop();
+    assert_eq!(unfinished(&files), (UPLOADS, UPLOADS));
+
+    let full: Vec<u64> = (0..3)
+        .map(|_| {
+            let (calls, status) = openat_of_a_swept_request(&config, &token);
+            assert_eq!(status, 404);
+            calls
+        })
+        .collect();
+    eprintln!(
+        "{UPLOADS} reprises inachevées créées en {created_in:.1?} ; openat d'une requête balayée : \
+         dépôt vide {empty:?}, avec les reprises {full:?} (ext4 de la machine de test)"
+    );
+    let (lo, hi) = (empty.iter().min().unwrap(), full.iter().max().unwrap());
+    assert!(
+        *hi <= lo + 256,
+        "a swept request opens {hi} files with {UPLOADS} unfinished uploads, {lo} without"
+    );
+    assert_eq!(unfinished(&files).0, UPLOADS, "none expired yet");
+
+    // Expired: ordinary traffic (one request every 0.2 s) to a long-lived process (mod_fcgid's,
+    // or `--listen` here) takes them all away within 15 s: its sweeping thread goes on while a
+    // sweep stops at its budget with work left. (A CGI process sweeps within its request's
+    // budget only: docs/PERFORMANCE.md gives that figure.)
+    let (_guard, socket) = common::listen_unix(&config, root);
+    let idle_from = started + std::time::Duration::from_secs(IDLE + 2) + created_in;
+    std::thread::sleep(idle_from.saturating_duration_since(std::time::Instant::now()));
+    let traffic = std::time::Instant::now();
+    let mut requests = 0;
+    while unfinished(&files).0 > 0 {
+        assert!(
+            traffic.elapsed() < std::time::Duration::from_secs(15),
+            "{} unfinished uploads left after {requests} requests in 15 s",
+            unfinished(&files).0
+        );
+        let query = format!("fichier=absent.bin&token={token}");
+        let uri = format!("/download.php?{query}");
+        let r = FcgiClient::unix(&socket)
+            .unwrap()
+            .request(
+                &[
+                    ("REQUEST_METHOD", "GET"),
+                    ("SCRIPT_NAME", "/download.php"),
+                    ("REQUEST_URI", &uri),
+                    ("QUERY_STRING", &query),
+                    ("CONTENT_LENGTH", "0"),
+                    ("GATEWAY_INTERFACE", "CGI/1.1"),
+                ],
+                b"",
+            )
+            .unwrap();
+        assert_eq!(r.status, 404, "{}", r.text());
+        requests += 1;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    eprintln!(
+        "{UPLOADS} reprises expirées parties en {:.1?} ({requests} requêtes, une toutes les 0,2 s)",
+        traffic.elapsed()
+    );
+    let t = totals(&files);
+    assert_eq!(t[7], Some(0), "{t:?}");
 }

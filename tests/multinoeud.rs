@@ -14,21 +14,33 @@
 //!
 //! `DEPOT_MULTINOEUD_SECONDES` (30) sets the duration, `DEPOT_MULTINOEUD_CLIENTS` (8) the number
 //! of client threads.
+//!
+//! The resumable upload on the same two nodes (with the default lifetimes, not the stress's):
+//! parts alternating between the nodes, and a node's program killed in the middle of a part,
+//! the upload finished on the other node; both published byte for byte.
 
 use depot_test_support as common;
 
+use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::fcgi::FcgiClient;
+use common::fcgi::{FcgiClient, FcgiResponse, ROLE_RESPONDER};
 use common::introspection::IntrospectionServer;
 use common::juicefs::JuiceFs;
+use common::reprise::{
+    hex, redact, repr_digest, resumable_entries, resumable_path, server_pids, sha256, sha256_file,
+    totals,
+};
 use common::stress::{self, Kind, Options, RESOURCE, Summary, Target, Timing, stress_config};
 use common::{Guard, State, free_port};
+use depot_fichiers::store::CHECKPOINT_BYTES;
 
 /// The sub-folder of each mount that is `dossier_fichiers` (the mount's root holds JuiceFS's
 /// own `.accesslog`, `.config`, `.stats` and `.trash`).
@@ -41,9 +53,10 @@ struct Node {
     addr: SocketAddr,
 }
 
-/// One program per mount of `jfs`, all with the same token and the same `dossier_fichiers`
-/// sub-folder, listening on TCP. Returns the nodes and the token.
-fn start_nodes(jfs: &JuiceFs, intro: &IntrospectionServer) -> (Vec<Node>, String) {
+/// One program per mount of `jfs`, all with the configuration `base` (TOML values), the same
+/// token and the same `dossier_fichiers` sub-folder, listening on TCP. Returns the nodes and the
+/// token.
+fn start_nodes(jfs: &JuiceFs, base: &[(&'static str, String)]) -> (Vec<Node>, String) {
     let store = jfs.mounts[0].path.join(SUBFOLDER);
     std::fs::create_dir_all(&store).unwrap();
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -56,7 +69,7 @@ fn start_nodes(jfs: &JuiceFs, intro: &IntrospectionServer) -> (Vec<Node>, String
             "{} not visible on node {i}",
             files.display()
         );
-        let mut cfg = stress_config(&intro.url());
+        let mut cfg = base.to_vec();
         cfg.push((
             "dossier_fichiers",
             format!("{:?}", files.display().to_string()),
@@ -210,7 +223,7 @@ fn longest_silence(t: &[Timing], node: usize, from: f64, to: f64) -> f64 {
 fn deux_noeuds_juicefs() {
     let jfs = JuiceFs::start(2);
     let intro = IntrospectionServer::start(RESOURCE);
-    let (mut nodes, token) = start_nodes(&jfs, &intro);
+    let (mut nodes, token) = start_nodes(&jfs, &stress_config(&intro.url()));
     let seconds = stress::env_num("DEPOT_MULTINOEUD_SECONDES", 30);
     let addrs = nodes.iter().map(|n| n.addr).collect();
     let (files, config, logs) = store_paths(&jfs, &nodes, 0);
@@ -319,7 +332,7 @@ const AFTER_KILL_SECS: u64 = 18;
 fn client_juicefs_tue() {
     let mut jfs = JuiceFs::start(2);
     let intro = IntrospectionServer::start(RESOURCE);
-    let (mut nodes, token) = start_nodes(&jfs, &intro);
+    let (mut nodes, token) = start_nodes(&jfs, &stress_config(&intro.url()));
     let seconds = stress::env_num("DEPOT_MULTINOEUD_SECONDES", 30);
     let before_kill = (seconds / 5).max(4);
     let addrs = nodes.iter().map(|n| n.addr).collect();
@@ -405,4 +418,618 @@ fn client_juicefs_tue() {
         "node 1 never published again after its last 503 (at {last_503:.1} s; kill at \
          {kill_at:.1} s): the dead client's lock was not released"
     );
+}
+
+// ------------------------------------------------------------------------------------------------
+// Resumable uploads (draft-ietf-httpbis-resumable-upload, `src/reprise.rs`) across the two nodes:
+// the test is the web server, speaking FastCGI to each node's `--listen` port.
+
+const MIB: usize = 1024 * 1024;
+
+/// The nodes' configuration for the resumable upload: the defaults (a stress's lifetimes of a
+/// second or two would expire an upload between its parts), and one `url_base` for both, as the
+/// nodes of one site have (the answers name it: `Location`, `url_telechargement`).
+fn site_config() -> Vec<(&'static str, String)> {
+    vec![("url_base", format!("{:?}", "https://depot.test"))]
+}
+
+/// The CGI parameters a web server passes for `method script?query` with the store's token in
+/// `Authorization`, `fields` (CGI names: `HTTP_…`, `CONTENT_TYPE`) and a body of `length` bytes.
+fn cgi_params(
+    method: &str,
+    script: &str,
+    query: &str,
+    token: &str,
+    fields: &[(&str, String)],
+    length: usize,
+) -> Vec<(String, String)> {
+    let uri = if query.is_empty() {
+        script.to_string()
+    } else {
+        format!("{script}?{query}")
+    };
+    let mut p: Vec<(String, String)> = [
+        ("GATEWAY_INTERFACE", "CGI/1.1".to_string()),
+        ("REQUEST_METHOD", method.to_string()),
+        ("SCRIPT_NAME", script.to_string()),
+        ("REQUEST_URI", uri),
+        ("QUERY_STRING", query.to_string()),
+        ("CONTENT_LENGTH", length.to_string()),
+        ("SERVER_NAME", "127.0.0.1".to_string()),
+        ("SERVER_PORT", "80".to_string()),
+        ("SERVER_PROTOCOL", "HTTP/1.1".to_string()),
+        ("REMOTE_ADDR", "127.0.0.1".to_string()),
+        ("HTTP_HOST", "127.0.0.1".to_string()),
+        ("HTTP_AUTHORIZATION", format!("Bearer {token}")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    p.extend(fields.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    p
+}
+
+fn as_pairs(p: &[(String, String)]) -> Vec<(&str, &str)> {
+    p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// One request to the node at `addr`, its whole body sent before the answer is read (as
+/// mod_fcgid does).
+fn exchange(addr: SocketAddr, params: &[(String, String)], body: &[u8]) -> FcgiResponse {
+    FcgiClient::tcp(addr)
+        .and_then(|c| c.with_timeout(Duration::from_secs(120)))
+        .and_then(|mut c| c.request(&as_pairs(params), body))
+        .unwrap_or_else(|e| panic!("request to {addr}: {e}"))
+}
+
+/// An answer as a failure message may show it: the status, the fields and the body, tokens cut.
+fn shown(r: &FcgiResponse) -> String {
+    format!("{} {:?} {}", r.status, r.headers, redact(&r.text()))
+}
+
+/// Creates a resumable upload of `length` bytes on the node at `addr` (no body): the query that
+/// names its resource (`reprise=<id>`), the same on every node.
+fn create(
+    addr: SocketAddr,
+    token: &str,
+    name: &str,
+    length: usize,
+    digest: Option<&[u8; 32]>,
+) -> String {
+    let mut fields = vec![
+        ("HTTP_UPLOAD_COMPLETE", "?0".to_string()),
+        ("HTTP_UPLOAD_LENGTH", length.to_string()),
+        (
+            "HTTP_CONTENT_DISPOSITION",
+            format!("attachment; filename=\"{name}\""),
+        ),
+    ];
+    if let Some(d) = digest {
+        fields.push(("HTTP_REPR_DIGEST", repr_digest(d)));
+    }
+    let p = cgi_params("POST", "/upload.php", "", token, &fields, 0);
+    let r = exchange(addr, &p, b"");
+    assert_eq!(r.status, 201, "creation: {}", shown(&r));
+    let location = r.header("Location").expect("Location").to_string();
+    assert_eq!(r.json()["url_reprise"], location.as_str());
+    let (_, query) = location.split_once('?').expect("a query in Location");
+    assert!(query.starts_with("reprise="), "{location}");
+    query.to_string()
+}
+
+/// The parameters of a part: `PATCH` of `length` bytes at `at`.
+fn part_params(
+    token: &str,
+    query: &str,
+    at: usize,
+    complete: bool,
+    length: usize,
+) -> Vec<(String, String)> {
+    let fields = [
+        ("CONTENT_TYPE", "application/partial-upload".to_string()),
+        ("HTTP_UPLOAD_OFFSET", at.to_string()),
+        ("HTTP_UPLOAD_COMPLETE", format!("?{}", u8::from(complete))),
+    ];
+    cgi_params("PATCH", "/upload.php", query, token, &fields, length)
+}
+
+/// A part, sent whole to the node at `addr`.
+fn patch(
+    addr: SocketAddr,
+    token: &str,
+    query: &str,
+    at: usize,
+    complete: bool,
+    data: &[u8],
+) -> FcgiResponse {
+    exchange(
+        addr,
+        &part_params(token, query, at, complete, data.len()),
+        data,
+    )
+}
+
+/// How long a part refused `409 reprise_occupee` is sent again (every 20 ms).
+const BUSY_BOUND: Duration = Duration::from_secs(5);
+
+/// A part, sent again while it is refused `409 reprise_occupee` (what the refusal asks of a
+/// sender), [`BUSY_BOUND`] at most; `busy` counts those refusals. On JuiceFS the lock of the
+/// request that wrote the previous part can outlive its answer by a few milliseconds: the
+/// kernel hands the close of a FUSE file to the JuiceFS client without waiting for it, and the
+/// `flock` goes with that close.
+fn patch_retried(
+    addr: SocketAddr,
+    token: &str,
+    query: &str,
+    (at, complete): (usize, bool),
+    data: &[u8],
+    busy: &mut usize,
+) -> FcgiResponse {
+    let t = Instant::now();
+    loop {
+        let r = patch(addr, token, query, at, complete, data);
+        let held = r.status == 409
+            && r.header("Content-Type") == Some("application/json")
+            && r.json()["erreur"] == "reprise_occupee";
+        if !held || t.elapsed() > BUSY_BOUND {
+            return r;
+        }
+        *busy += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The offset query (`HEAD`) to the node at `addr`.
+fn head(addr: SocketAddr, token: &str, query: &str) -> FcgiResponse {
+    exchange(
+        addr,
+        &cgi_params("HEAD", "/upload.php", query, token, &[], 0),
+        b"",
+    )
+}
+
+/// The state of the upload, or once published its answer (`GET`), from the node at `addr`.
+fn upload_state(addr: SocketAddr, token: &str, query: &str) -> FcgiResponse {
+    exchange(
+        addr,
+        &cgi_params("GET", "/upload.php", query, token, &[], 0),
+        b"",
+    )
+}
+
+/// The `Upload-Offset` of a `204` (any other answer fails, saying `what` it answered).
+fn offset_of(r: &FcgiResponse, what: &str) -> usize {
+    assert_eq!(r.status, 204, "{what}: {}", shown(r));
+    r.header("Upload-Offset")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: no Upload-Offset: {}", shown(r)))
+}
+
+/// `GET /download.php?fichier=<name>&token=…` on the node at `addr` (`name` needs no escaping).
+fn download(addr: SocketAddr, token: &str, name: &str) -> FcgiResponse {
+    let query = format!("fichier={name}&token={token}");
+    exchange(
+        addr,
+        &cgi_params("GET", "/download.php", &query, token, &[], 0),
+        b"",
+    )
+}
+
+/// What every published resumable upload leaves, seen through each of `jfs`'s mounts: the file
+/// holding exactly `data`, its sidecar (the same through both mounts) naming it with its size
+/// and inode, the upload's state recording that sidecar and the SHA-256, nothing else in
+/// `.tmp/reprises` (the state stays, for a sender who missed the last answer), no data file left
+/// anywhere in `.tmp`, and the kept total equal to the file (the store held nothing else).
+fn assert_published_everywhere(jfs: &JuiceFs, query: &str, name: &str, data: &[u8]) {
+    let digest = sha256(data);
+    let id = query.rsplit('=').next().unwrap();
+    let mut sidecars = Vec::new();
+    for (i, m) in jfs.mounts.iter().enumerate() {
+        let files = m.path.join(SUBFOLDER);
+        let file = files.join(name);
+        assert_eq!(
+            sha256_file(&file),
+            digest,
+            "{name} through mount {i} differs from what was sent"
+        );
+        let raw = fs::read(files.join(".meta").join(format!("{name}.json"))).unwrap();
+        let sidecar: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+        assert_eq!(sidecar["nom_original"], name, "mount {i}: {sidecar}");
+        assert_eq!(sidecar["taille_octets"], data.len(), "mount {i}: {sidecar}");
+        assert_eq!(
+            sidecar["inode"],
+            fs::metadata(&file).unwrap().ino(),
+            "mount {i}: {sidecar}"
+        );
+        let state: serde_json::Value =
+            serde_json::from_slice(&fs::read(resumable_path(&files, query, ".etat")).unwrap())
+                .unwrap();
+        assert_eq!(state["publie"]["fiche"], sidecar, "mount {i}: {state}");
+        assert_eq!(
+            state["publie"]["sha256"],
+            hex(&digest),
+            "mount {i}: {state}"
+        );
+        assert_eq!(
+            resumable_entries(&files),
+            [format!("{id}.etat")],
+            "mount {i}: .tmp/reprises"
+        );
+        let parts: Vec<String> = common::entries(&files.join(".tmp"))
+            .into_iter()
+            .filter(|n| n.ends_with(".part"))
+            .collect();
+        assert!(parts.is_empty(), "mount {i}: data files left: {parts:?}");
+        assert_eq!(
+            totals(&files).first().copied().flatten(),
+            Some(data.len() as u64),
+            "mount {i}: kept total"
+        );
+        sidecars.push(raw);
+    }
+    assert!(
+        sidecars.windows(2).all(|w| w[0] == w[1]),
+        "the two mounts show different sidecars"
+    );
+}
+
+/// What each live node answers about a published upload: `HEAD` says it is complete at its
+/// length, `GET` on the resource gives `answer` again (the last part's JSON), and the download
+/// is `data`, byte for byte.
+fn assert_served_by(
+    nodes: &[Node],
+    live: &[usize],
+    token: &str,
+    query: &str,
+    name: &str,
+    data: &[u8],
+    answer: &serde_json::Value,
+) {
+    for &i in live {
+        let addr = nodes[i].addr;
+        let h = head(addr, token, query);
+        assert_eq!(offset_of(&h, &format!("HEAD on node {i}")), data.len());
+        assert_eq!(h.header("Upload-Complete"), Some("?1"), "{}", shown(&h));
+        let again = upload_state(addr, token, query);
+        assert_eq!(again.status, 200, "GET on node {i}: {}", shown(&again));
+        let j = again.json();
+        assert!(
+            &j == answer,
+            "node {i} answers the upload differently: {} instead of {}",
+            redact(&j.to_string()),
+            redact(&answer.to_string())
+        );
+        let got = download(addr, token, name);
+        assert_eq!(got.status, 200, "download from node {i}: {}", shown(&got));
+        assert!(
+            got.body == data,
+            "node {i} serves {} bytes that differ from the {} sent",
+            got.body.len(),
+            data.len()
+        );
+    }
+}
+
+/// A node still running, whose log has no panic.
+fn assert_alive(node: &mut Node, i: usize) {
+    assert!(
+        node.guard.is_running(),
+        "node {i} died:\n{}",
+        node.state.logs()
+    );
+    let logs = node.state.logs();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// A resumable upload created on node 0, sent in 2 MiB parts that alternate between the nodes
+/// (the first on node 1, each on the node that did not take the one before), with an offset
+/// query before each part on the node that does not get it: each node takes up from the offset
+/// the other recorded — the data file written through the other JuiceFS client, and the
+/// SHA-256 carried from part to part in the state — and a part replayed on the other node is
+/// refused at the offset both agree on (a part refused `409 reprise_occupee` is sent again, see
+/// [`patch_retried`], and the refusals counted). Published at the last part as a one-shot
+/// upload is:
+/// the same bytes downloaded from both nodes and read through both mounts, the answer's SHA-256
+/// the bytes', the sidecar and the state agreeing through both mounts, nothing left in
+/// `.tmp/reprises` but the state, the kept total the file's length.
+#[test]
+fn a_resumable_upload_sent_alternately_to_two_nodes_is_byte_identical() {
+    let started = Instant::now();
+    let jfs = JuiceFs::start(2);
+    let (mut nodes, token) = start_nodes(&jfs, &site_config());
+    let addr = [nodes[0].addr, nodes[1].addr];
+    let name = "alterne.bin";
+    let data = common::bytes(24 * MIB, 31);
+    let part = 2 * MIB;
+    let query = create(addr[0], &token, name, data.len(), None);
+    let mut answer = None;
+    let mut busy = 0;
+    for (i, chunk) in data.chunks(part).enumerate() {
+        let at = i * part;
+        let (asked, to) = (i % 2, (i + 1) % 2);
+        let said = offset_of(
+            &head(addr[asked], &token, &query),
+            &format!("HEAD on node {asked} before part {i}"),
+        );
+        assert_eq!(said, at, "node {asked}'s offset before part {i}");
+        let last = at + chunk.len() == data.len();
+        let r = patch_retried(addr[to], &token, &query, (at, last), chunk, &mut busy);
+        if last {
+            assert_eq!(r.status, 200, "last part on node {to}: {}", shown(&r));
+            assert_eq!(r.header("Upload-Complete"), Some("?1"), "{}", shown(&r));
+            answer = Some(r.json());
+            break;
+        }
+        assert_eq!(r.status, 204, "part {i} on node {to}: {}", shown(&r));
+        assert_eq!(
+            r.header("Upload-Offset"),
+            Some((at + chunk.len()).to_string().as_str())
+        );
+        if i == 5 {
+            // Sent again to the other node (a sender that never got the answer): refused,
+            // with the offset the upload really stands at.
+            let again = patch_retried(addr[asked], &token, &query, (at, false), chunk, &mut busy);
+            again.assert_error(409, "decalage_incorrect");
+            assert_eq!(
+                again.header("Upload-Offset"),
+                Some((at + chunk.len()).to_string().as_str()),
+                "{}",
+                shown(&again)
+            );
+        }
+    }
+    let answer = answer.expect("the last part was sent");
+    assert_eq!(answer["nom"], name);
+    assert_eq!(answer["taille_octets"], data.len());
+    assert_eq!(answer["sha256"], hex(&sha256(&data)));
+    assert_served_by(&nodes, &[0, 1], &token, &query, name, &data, &answer);
+    assert_published_everywhere(&jfs, &query, name, &data);
+    for (i, n) in nodes.iter_mut().enumerate() {
+        let log = fs::read_to_string(n.state.log_file()).unwrap();
+        assert!(
+            log.contains(&format!("PATCH /upload.php — reprise \"{name}\"")),
+            "node {i} took no part:\n{log}"
+        );
+        assert_alive(n, i);
+    }
+    say(format!(
+        "   {} parts of {} MiB alternately on two nodes, published and checked in {:.1} s; \
+         {busy} × 409 reprise_occupee sent again",
+        data.len().div_ceil(part),
+        part / MIB,
+        started.elapsed().as_secs_f64()
+    ));
+}
+
+/// A `PATCH` to `addr` whose body (`data`, announced whole in `CONTENT_LENGTH` by `params`) goes
+/// out as a slow client sends it: the first `fast` bytes at once, then 16 KiB every 50 ms up to
+/// `held` bytes, the rest once `stop` is set. `sent` follows the bytes handed to the socket. The
+/// thread returns the answer, or the error that cut the exchange.
+fn slow_patch(
+    addr: SocketAddr,
+    params: Vec<(String, String)>,
+    data: Arc<Vec<u8>>,
+    (fast, held): (usize, usize),
+    sent: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<std::io::Result<FcgiResponse>> {
+    std::thread::spawn(move || {
+        let mut c = FcgiClient::tcp(addr)?.with_timeout(Duration::from_secs(120))?;
+        c.send_begin(1, ROLE_RESPONDER, 0)?;
+        c.send_params(1, &as_pairs(&params))?;
+        let mut at = 0;
+        while at < data.len() {
+            if at >= held {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            } else if at >= fast {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let step = if at < fast { 256 << 10 } else { 16 << 10 };
+            let limit = if at < held { held } else { data.len() };
+            let end = (at + step).min(limit);
+            c.send_stdin(1, &data[at..end])?;
+            at = end;
+            sent.store(at, Ordering::Relaxed);
+        }
+        c.send_stdin(1, b"")?;
+        c.read_response(1)
+    })
+}
+
+/// The durable offset recorded in an upload's state file (0 while it cannot be read).
+fn recorded_offset(state_file: &Path) -> usize {
+    fs::read(state_file)
+        .ok()
+        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+        .and_then(|v| v["decalage"].as_u64())
+        .map_or(0, |d| d as usize)
+}
+
+/// The bytes `range` of the file at `path` (empty when they cannot be read).
+fn read_range(path: &Path, range: std::ops::Range<usize>) -> Vec<u8> {
+    let mut buf = vec![0u8; range.len()];
+    match fs::File::open(path).and_then(|f| f.read_exact_at(&mut buf, range.start as u64)) {
+        Ok(()) => buf,
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Whether process `pid` has `path` open.
+fn has_open(pid: i32, path: &Path) -> bool {
+    fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| fs::read_link(e.path()).is_ok_and(|p| p == path))
+    })
+}
+
+/// How long node 1 may keep answering the offset query with 503 after node 0's program was
+/// killed: the dead writer's `flock` goes with its descriptors (its JuiceFS client lives on), so
+/// the first query should already be answered; past a JuiceFS session expiry (≈ 10–14 s with
+/// `--heartbeat 2s`) plus a few offset queries' waits, the lock was never released.
+const RELEASE_BOUND: Duration = Duration::from_secs(40);
+
+/// A node's program SIGKILLed in the middle of a part: the whole file (32 MiB + 16 MiB) sent to
+/// node 0 in one `PATCH` by a slow client — the source's bytes up to 2 MiB past the first
+/// checkpoint (`CHECKPOINT_BYTES`), other bytes after them, its last MiB held back. Once node 0
+/// has recorded that checkpoint in the state, and its program has written some of the other
+/// bytes into the data file and still writes it, every process of node 0's program is killed
+/// (its JuiceFS client lives on). Node 1 then answers the offset query with the checkpoint the
+/// dead writer recorded (a 503 `reprise_occupee` while the dead writer's lock would still be
+/// held is asked again, [`RELEASE_BOUND`] at most), though its data file holds the dead
+/// writer's other bytes past it; the source's rest, sent to node 1 from that offset, publishes
+/// the file, which the SHA-256 stated at the creation lets through: byte-identical to the
+/// source through node 1 and through both mounts, the sidecar and the state agreeing, nothing
+/// left behind.
+#[test]
+fn a_node_killed_mid_part_the_upload_finishes_on_the_other() {
+    let started = Instant::now();
+    let jfs = JuiceFs::start(2);
+    let (mut nodes, token) = start_nodes(&jfs, &site_config());
+    let addr = [nodes[0].addr, nodes[1].addr];
+    let name = "survivant.bin";
+    let checkpoint = CHECKPOINT_BYTES as usize;
+    let data = common::bytes(checkpoint + 16 * MIB, 41);
+    let len = data.len();
+    let digest = sha256(&data);
+    let query = create(addr[0], &token, name, len, Some(&digest));
+    let files = |m: usize| jfs.mounts[m].path.join(SUBFOLDER);
+    let state_file = resumable_path(&files(1), &query, ".etat");
+    let part_on = |m: usize| resumable_path(&files(m), &query, ".part");
+
+    // What node 0 is sent: the source up to `fast`, then other bytes (each one inverted), which
+    // the dead writer leaves in the data file past its checkpoint and which must be written
+    // over, never published.
+    let fast = checkpoint + 2 * MIB;
+    let mut body = data.clone();
+    body[fast..].iter_mut().for_each(|b| *b = !*b);
+    let body = Arc::new(body);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let streamer = slow_patch(
+        addr[0],
+        part_params(&token, &query, 0, true, len),
+        body.clone(),
+        (fast, len - MIB),
+        sent.clone(),
+        stop.clone(),
+    );
+    let t = Instant::now();
+    let recorded = loop {
+        let d = recorded_offset(&state_file);
+        if d >= checkpoint {
+            break d;
+        }
+        assert!(
+            !streamer.is_finished(),
+            "the part ended before its checkpoint (offset {d}): {:?}",
+            streamer.join().unwrap().map(|r| shown(&r))
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "no checkpoint recorded after 120 s (offset {d}, {} bytes sent):\n{}",
+            sent.load(Ordering::Relaxed),
+            nodes[0].state.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        recorded < fast,
+        "checkpoint at {recorded}, past the source's bytes"
+    );
+    // Node 0 goes on writing: wait until the bytes that are not the source's are in the data
+    // file (as node 0's JuiceFS client shows it).
+    let probe = fast..fast + 4096;
+    let t = Instant::now();
+    while read_range(&part_on(0), probe.clone()) != body[probe.clone()] {
+        assert!(
+            !streamer.is_finished() && t.elapsed() < Duration::from_secs(60),
+            "node 0 never wrote past byte {fast} ({} bytes sent)",
+            sent.load(Ordering::Relaxed)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Node 0 is writing the part: kill -9 of its program.
+    assert!(!streamer.is_finished(), "the part is still in flight");
+    let part_on_0 = part_on(0);
+    let pids = server_pids(&nodes[0].state);
+    assert!(
+        pids.contains(&(nodes[0].guard.child.id() as i32)),
+        "node 0's processes: {pids:?}"
+    );
+    assert!(
+        pids.iter().any(|&p| has_open(p, &part_on_0)),
+        "node 0's program is not writing {}",
+        part_on_0.display()
+    );
+    for &pid in &pids {
+        if let Some(p) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+    }
+    let _ = nodes[0].guard.child.wait();
+    let sent_at_kill = sent.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let cut = streamer.join().unwrap();
+    assert!(
+        cut.is_err(),
+        "the killed node answered the part: {:?}",
+        cut.map(|r| shown(&r))
+    );
+
+    // Node 1 takes over from the last durable offset.
+    let t = Instant::now();
+    let mut busy = 0;
+    let resumed_at = loop {
+        let r = head(addr[1], &token, &query);
+        if r.status != 503 {
+            break offset_of(&r, "HEAD on node 1 after the kill");
+        }
+        if !r.body.is_empty() {
+            r.assert_error(503, "reprise_occupee");
+        }
+        assert!(r.header("Retry-After").is_some(), "{}", shown(&r));
+        busy += 1;
+        assert!(
+            t.elapsed() < RELEASE_BOUND,
+            "node 1 still answers 503 {:.1} s after node 0 was killed: the dead writer's lock \
+             was never released ({busy} × 503)",
+            t.elapsed().as_secs_f64()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert_eq!(
+        resumed_at, recorded,
+        "node 1's offset is not the checkpoint node 0 recorded ({sent_at_kill} bytes sent)"
+    );
+    assert_eq!(recorded_offset(&state_file), recorded);
+    assert!(
+        read_range(&part_on(1), probe.clone()) == body[probe],
+        "what the dead writer wrote past its checkpoint is not in the data file node 1 sees"
+    );
+    let mut refused = 0;
+    let last = patch_retried(
+        addr[1],
+        &token,
+        &query,
+        (resumed_at, true),
+        &data[resumed_at..],
+        &mut refused,
+    );
+    assert_eq!(last.status, 200, "the rest on node 1: {}", shown(&last));
+    let answer = last.json();
+    assert_eq!(answer["sha256"], hex(&digest));
+    assert_eq!(answer["taille_octets"], len);
+    assert_served_by(&nodes, &[1], &token, &query, name, &data, &answer);
+    assert_published_everywhere(&jfs, &query, name, &data);
+    assert_alive(&mut nodes[1], 1);
+    say(format!(
+        "   node 0 killed with {} of the part's {} bytes sent, {recorded} recorded; node 1 \
+         answered {busy} × 503 before its offset, {refused} × 409 to the rest; done in {:.1} s",
+        sent_at_kill,
+        len,
+        started.elapsed().as_secs_f64()
+    ));
 }

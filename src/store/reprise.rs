@@ -289,6 +289,16 @@ pub struct ResumableWriter {
     hasher: Option<ResumableSha256>,
 }
 
+/// The writer lets go of its lock explicitly before the answer goes: on FUSE (JuiceFS) the
+/// kernel does not wait for a close to reach the filesystem, so a lock released only by the
+/// close stayed held for 10 to 16 ms after the answer, and a part sent at once to another node
+/// was refused 409 `reprise_occupee`.
+impl Drop for ResumableWriter {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
+
 impl Store {
     /// `.tmp/reprises`, opened (and checked, see [`crate::folders`]) once per process; created
     /// when `create`, otherwise `None` while no resumable upload ever made it.
@@ -383,7 +393,11 @@ impl Store {
         if settled {
             match open_at(dir, id.data_name(), OFlags::RDONLY) {
                 Ok(f) => match f.try_lock_shared() {
-                    Ok(()) => {}
+                    // Let go before the answer: on FUSE (JuiceFS) a close does not wait for the
+                    // lock's release, and the next writer, on another node, would find it held.
+                    Ok(()) => {
+                        let _ = f.unlock();
+                    }
                     Err(std::fs::TryLockError::WouldBlock) => return Err(ResumableError::Busy),
                     Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
                 },
@@ -499,7 +513,7 @@ impl Store {
         match self.resumable_writer(id) {
             Ok(w) => {
                 w.cancel(self)?;
-                Ok(w.state)
+                Ok(w.state.clone())
             }
             Err(ResumableError::Completed) => {
                 let state = read_state(dir, id).ok_or(ResumableError::Unknown)?;

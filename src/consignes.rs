@@ -53,6 +53,13 @@ Cette commande s'exécute entièrement dans la sandbox : elle ne fait pas transi
 ```
 Retiens le champ `"nom"` (le nom exact du fichier, à réutiliser tel quel, jamais redéduit du chemin local) et le champ `"url_telechargement"`. Taille maximale d'un fichier : {max_size}. Pour que le dépôt vérifie que les octets sont arrivés intacts, ajoute `-F "sha256=$(sha256sum /chemin/vers/le/fichier.ext | cut -c1-64)"` : il ne publie alors le fichier que si son empreinte SHA-256 est celle-là (sinon erreur `empreinte_incorrecte`, rien n'est gardé).
 
+**Un seul téléchargement, une vie plus courte, un effacement** : si le fichier ne doit être récupéré qu'une fois (par un connecteur, par une personne), ajoute `-F "telechargements_max=1"` au dépôt : il est effacé dès que ce téléchargement s'est terminé, et personne ne peut le récupérer une seconde fois (un aperçu de lien, une requête `HEAD` ou un téléchargement interrompu ne le consomment pas ; la réponse le confirme par `"telechargements_restants":1`). `-F "duree_max_secondes=600"` raccourcit sa vie (ici à 10 minutes au plus). Et dès que le fichier a servi, efface-le sans attendre :
+```bash
+curl -X DELETE -G --data-urlencode "fichier=fichier.ext" \
+  -H "Authorization: Bearer {token}" {upload_url}
+```
+(réponse `{{"succes":true,"nom":"fichier.ext","supprime":true}}` ; `"supprime":false` si rien n'était là). Un connecteur qui a récupéré le fichier peut aussi l'effacer lui-même avec le lien `"url_suppression"` de la réponse du dépôt (requête `DELETE` ou `POST` ; ce lien n'efface que ce fichier et ne permet pas de le lire).
+
 **Gros fichier (plus de quelques dizaines de Mo) ou réseau instable** : envoie-le par parties, avec reprise et empreinte vérifiée, grâce à cette fonction shell (POSIX : `curl`, `tail`, `head`, `sha256sum`, `base64`) :
 ```sh
 {function}
@@ -73,7 +80,7 @@ Il te renvoie le contenu encodé en base64 (champ `contenu_base64`) : transmets 
 
 Dans tous les cas :
 1. Ne lis jamais le contenu binaire d'un fichier directement dans la conversation par un autre moyen (ex: `cat` suivi d'un encodage manuel) — c'est précisément ce que ce mécanisme permet d'éviter.
-2. Un fichier déposé est effacé automatiquement ({delays}) — n'y dépose jamais de contenu confidentiel ou sensible (le token de dépôt est un simple secret partagé, pas un contrôle d'accès fin).
+2. Un fichier déposé est effacé automatiquement ({delays}) — efface-le toi-même dès qu'il a servi, et n'y dépose jamais de contenu confidentiel ou sensible (le token de dépôt est un simple secret partagé, pas un contrôle d'accès fin).
 3. Ce mécanisme sert uniquement dans le sens sandbox → extérieur. Pour ramener un fichier de la sandbox vers le dossier local de l'utilisateur, ce n'est **pas nécessaire** : sandbox et dossier local communiquent déjà directement.
 "#
     )

@@ -2,15 +2,17 @@
 //! alive, with its sidecar → whole file or a single byte range. The mtime is set to now once the
 //! bytes have all been read and handed to the connection to the web server (the last records, at
 //! most ≈ 192 KiB, may still be on their way: README, « Ce qui compte comme téléchargement »);
-//! HEAD and 416 do not count as downloads.
+//! HEAD and 416 do not count as downloads. A counted file (specification §2.6) is served whole
+//! only, to no link-preview robot, each GET holding one of its tickets from before the first
+//! byte and spending it just before the last piece ([`Counted`]).
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::http::{Request, Response, ResponseBody};
+use crate::http::{Delivery, Request, Response, ResponseBody};
 use crate::liens::{self, UploadId};
 use crate::log::quoted;
 use crate::names::Name;
-use crate::store::{Found, Looked, now_secs};
+use crate::store::{Found, Looked, Store, Take, Ticket, Version, now_secs};
 
 /// Handles one download; every outcome is logged.
 pub async fn handle(app: &App, req: &Request) -> Response {
@@ -83,11 +85,43 @@ async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         ));
     }
     let etag = etag(&found);
+    let version = Version::of(&found.sidecar, found.ino);
+    let counted = found.sidecar.max_downloads.is_some();
+    if counted {
+        if method == "GET" && is_preview(req) {
+            return Err(ApiError::PreviewRefused);
+        }
+        if req.header("Range").is_some() {
+            return Err(ApiError::RangeOnCountedFile(found.size));
+        }
+    }
     let range = match req.header("Range") {
         Some(r) if if_range_allows(req.header("If-Range"), &etag) => parse_range(r, found.size),
         _ => RangeAnswer::Whole,
     };
     let touch = method == "GET";
+    // A counted file: a GET takes one of its downloads now, before any byte; a HEAD asks
+    // whether one is left.
+    let ticket = match (counted, touch) {
+        (false, _) => None,
+        (true, false) => {
+            if app.store.downloads_left(&found.sidecar, version) == Some(0) {
+                return Err(ApiError::FichierIntrouvable);
+            }
+            None
+        }
+        (true, true) => match app.store.take_download(&found.sidecar, version)? {
+            Take::Taken(t) => Some(t),
+            Take::Uncounted => None,
+            Take::AllTaken => return Err(ApiError::FichierIntrouvable),
+            Take::Spent => {
+                // Its last download was spent and its removal did not happen (a process
+                // killed meanwhile): it goes now.
+                let _ = app.store.remove_version(&name, Some(version));
+                return Err(ApiError::FichierIntrouvable);
+            }
+        },
+    };
     let (status, offset, len, shown) = match range {
         RangeAnswer::Whole => (200, 0, found.size, None),
         RangeAnswer::Part(a, b) => (206, a, b - a + 1, Some((a, b))),
@@ -99,12 +133,14 @@ async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         .header("Cache-Control", "no-store")
         .header("X-Content-Type-Options", "nosniff")
         .header("Referrer-Policy", "no-referrer")
-        .header("Accept-Ranges", "bytes")
+        .header("Accept-Ranges", if counted { "none" } else { "bytes" })
         .header("ETag", etag);
     if let Some((a, b)) = shown {
         resp = resp.header("Content-Range", format!("bytes {a}-{b}/{}", found.size));
     }
+    // Never for a counted file: the program must see its last piece go.
     let sendfile = (app.cfg.x_sendfile.enabled
+        && !counted
         && method == "GET"
         && req.header("Range").is_none()
         && found.size >= app.cfg.x_sendfile.min_bytes)
@@ -121,11 +157,21 @@ async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         resp = resp.header("X-Sendfile", value);
         return Ok((name, resp, shown));
     }
+    let delivery: Option<Box<dyn Delivery>> = match ticket {
+        Some(ticket) => Some(Box::new(Counted {
+            ticket: Some(ticket),
+            last: false,
+            store: std::sync::Arc::clone(&app.store),
+            name: name.clone(),
+            version,
+        })),
+        None => touch.then(|| Box::new(Downloaded) as Box<dyn Delivery>),
+    };
     resp.body = ResponseBody::File {
         file: found.file,
         offset,
         len,
-        once_sent: touch.then_some(downloaded as fn(&std::fs::File)),
+        delivery,
     };
     Ok((name, resp, shown))
 }
@@ -133,8 +179,80 @@ async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
 /// What is done to a file once all its bytes are handed to the web server by a GET (200 or
 /// 206): its mtime set to now, the "last download" clock (specification §2.2,
 /// [`crate::store::touch`]). A failure changes nothing of the answer, already sent.
-fn downloaded(file: &std::fs::File) {
-    let _ = crate::store::touch(file);
+struct Downloaded;
+
+impl Delivery for Downloaded {
+    fn delivered(self: Box<Self>, file: &std::fs::File) {
+        let _ = crate::store::touch(file);
+    }
+}
+
+/// A GET of a counted file (specification §2.6): its ticket, held since before the first byte,
+/// is spent just before the last piece goes (a transfer cut before spends nothing: the ticket
+/// is let go with it); the last download spent, the pair is removed once the transfer ends.
+struct Counted {
+    ticket: Option<Ticket>,
+    /// The ticket spent was the version's last.
+    last: bool,
+    store: std::sync::Arc<Store>,
+    name: Name,
+    version: Version,
+}
+
+impl Delivery for Counted {
+    fn before_last_piece(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.last = t.spend();
+        }
+    }
+
+    fn delivered(self: Box<Self>, file: &std::fs::File) {
+        let _ = crate::store::touch(file);
+        if self.last {
+            let _ = self.store.remove_version(&self.name, Some(self.version));
+        }
+    }
+}
+
+/// The `User-Agent` words of the link-preview robots of messaging and social applications
+/// (specification §2.6), compared without case.
+const PREVIEW_ROBOTS: [&str; 20] = [
+    "slackbot",
+    "telegrambot",
+    "whatsapp",
+    "signal",
+    "facebookexternalhit",
+    "facebot",
+    "discordbot",
+    "skypeuripreview",
+    "twitterbot",
+    "linkedinbot",
+    "mattermost",
+    "iframely",
+    "redditbot",
+    "applebot",
+    "embedly",
+    "viber",
+    "microsoftpreview",
+    "pinterest",
+    "vkshare",
+    "snapchat",
+];
+
+/// Whether a request is a link preview or a prefetch, not a download someone asked for: a known
+/// preview robot's `User-Agent`, or `Sec-Purpose`, `Purpose`, `X-Purpose` or `X-Moz` saying
+/// `prefetch` or `preview`.
+fn is_preview(req: &Request) -> bool {
+    let says = |h: &str, words: &[&str]| {
+        req.header(h).is_some_and(|v| {
+            let v = v.to_ascii_lowercase();
+            words.iter().any(|w| v.contains(w))
+        })
+    };
+    says("User-Agent", &PREVIEW_ROBOTS)
+        || ["Sec-Purpose", "Purpose", "X-Purpose", "X-Moz"]
+            .iter()
+            .any(|h| says(h, &["prefetch", "preview"]))
 }
 
 /// The `X-Sendfile` value for the file that was looked up: a second name of that very inode

@@ -52,6 +52,16 @@ pub enum ApiError {
     /// Another request still writes to the resumable upload after the offset query (or the
     /// state, or a cancellation) waited for it: ask again.
     ResumableWriting,
+    /// A `duree_max_secondes` that is not an integer between 1 and `duree_max_depot_secondes`
+    /// (the bound, in seconds).
+    InvalidMaxAge(u64),
+    /// A `telechargements_max` that is not an integer between 1 and
+    /// `telechargements_max_par_fichier` (the bound).
+    InvalidDownloadCount(u64),
+    /// A counted file asked for by a link-preview robot or an announced prefetch: nothing spent.
+    PreviewRefused,
+    /// A `Range` on a counted file, which is downloaded whole only (its size).
+    RangeOnCountedFile(u64),
     /// The configuration (or the folders it names) cannot be used: the reason, for the site's
     /// error log only (it names paths and keys, which the public is not told).
     ServeurMalConfigure(String),
@@ -66,13 +76,16 @@ impl ApiError {
             | ApiError::NomInvalide(_)
             | ApiError::EmpreinteIncorrecte { .. }
             | ApiError::LongueurIncoherente(_)
-            | ApiError::RepriseTerminee => 400,
+            | ApiError::RepriseTerminee
+            | ApiError::InvalidMaxAge(_)
+            | ApiError::InvalidDownloadCount(_) => 400,
+            ApiError::PreviewRefused => 406,
             ApiError::RepriseIntrouvable => 404,
             ApiError::DecalageIncorrect(_) | ApiError::RepriseOccupee => 409,
             ApiError::FichierTropVolumineux(_) | ApiError::CorpsEcarte => 413,
             ApiError::FichierIntrouvable => 404,
             ApiError::MethodeNonAutorisee(_) => 405,
-            ApiError::PlageInvalide(_) => 416,
+            ApiError::PlageInvalide(_) | ApiError::RangeOnCountedFile(_) => 416,
             ApiError::StockagePlein(_) | ApiError::TooManyResumables(_) => 507,
             ApiError::StockageOccupe(_) | ApiError::ResumableWriting => 503,
             ApiError::ErreurInterne(_) | ApiError::ServeurMalConfigure(_) => 500,
@@ -88,7 +101,10 @@ impl ApiError {
             ApiError::FichierTropVolumineux(_) | ApiError::CorpsEcarte => "fichier_trop_volumineux",
             ApiError::FichierIntrouvable => "fichier_introuvable",
             ApiError::MethodeNonAutorisee(_) => "methode_non_autorisee",
-            ApiError::PlageInvalide(_) => "plage_invalide",
+            ApiError::PlageInvalide(_) | ApiError::RangeOnCountedFile(_) => "plage_invalide",
+            ApiError::InvalidMaxAge(_) => "duree_invalide",
+            ApiError::InvalidDownloadCount(_) => "telechargements_invalides",
+            ApiError::PreviewRefused => "apercu_refuse",
             ApiError::StockagePlein(_) => "stockage_plein",
             ApiError::StockageOccupe(_) => "stockage_occupe",
             ApiError::ErreurInterne(_) | ApiError::ServeurMalConfigure(_) => "erreur_interne",
@@ -168,6 +184,24 @@ impl ApiError {
                 "Trop de dépôts avec reprise inachevés ({max} au plus) : en terminer ou en \
                  annuler (DELETE de leur adresse), ou attendre qu'ils expirent, puis réessayer."
             ),
+            ApiError::InvalidMaxAge(max) => format!(
+                "Champ « duree_max_secondes » invalide : un nombre entier de secondes, de 1 à \
+                 {max}."
+            ),
+            ApiError::InvalidDownloadCount(max) => format!(
+                "Champ « telechargements_max » invalide : un nombre entier de téléchargements, \
+                 de 1 à {max}."
+            ),
+            ApiError::PreviewRefused => {
+                "Ce fichier se télécharge un nombre compté de fois : un aperçu ou un \
+                 préchargement ne le reçoit pas (rien n'a été dépensé)."
+                    .into()
+            }
+            ApiError::RangeOnCountedFile(_) => {
+                "Ce fichier se télécharge un nombre compté de fois, en entier seulement : pas de \
+                 plage (Range) ; rien n'a été dépensé."
+                    .into()
+            }
             ApiError::ServeurMalConfigure(_) => {
                 "Serveur mal configuré : la raison est écrite dans le journal d'erreurs du site \
                  (mod_fcgid, mod_cgi ; celui du serveur avec mod_cgid), et « depot-fichiers \
@@ -211,6 +245,12 @@ impl ApiError {
             ApiError::TooManyResumables(max) => {
                 format!("trop de reprises inachevées ({max} au plus)")
             }
+            ApiError::InvalidMaxAge(_) => "durée de vie demandée invalide".into(),
+            ApiError::InvalidDownloadCount(_) => {
+                "nombre de téléchargements demandé invalide".into()
+            }
+            ApiError::PreviewRefused => "aperçu d'un fichier compté refusé".into(),
+            ApiError::RangeOnCountedFile(_) => "plage sur un fichier compté".into(),
             ApiError::ServeurMalConfigure(d) => format!("serveur mal configuré ({d})"),
         }
     }
@@ -223,7 +263,9 @@ impl ApiError {
             .header("X-Content-Type-Options", "nosniff");
         match self {
             ApiError::MethodeNonAutorisee(allow) => r.header("Allow", *allow),
-            ApiError::PlageInvalide(size) => r.header("Content-Range", format!("bytes */{size}")),
+            ApiError::PlageInvalide(size) | ApiError::RangeOnCountedFile(size) => {
+                r.header("Content-Range", format!("bytes */{size}"))
+            }
             ApiError::TokenInvalide => r.header("WWW-Authenticate", "Bearer"),
             ApiError::StockageOccupe(secs) => r.header("Retry-After", secs.to_string()),
             ApiError::DecalageIncorrect(at) => r.header("Upload-Offset", at.to_string()),
@@ -328,6 +370,14 @@ mod tests {
             (ApiError::RepriseTerminee, 400, "reprise_terminee"),
             (ApiError::TooManyResumables(3), 507, "trop_de_reprises"),
             (ApiError::ResumableWriting, 503, "reprise_occupee"),
+            (ApiError::InvalidMaxAge(3600), 400, "duree_invalide"),
+            (
+                ApiError::InvalidDownloadCount(100),
+                400,
+                "telechargements_invalides",
+            ),
+            (ApiError::PreviewRefused, 406, "apercu_refuse"),
+            (ApiError::RangeOnCountedFile(3), 416, "plage_invalide"),
         ];
         for (e, status, code) in all {
             let r = e.to_response();

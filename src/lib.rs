@@ -10,6 +10,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod consignes;
+mod deletion;
 mod download;
 mod empreinte;
 mod error;

@@ -24,6 +24,11 @@
 //!   404 unless its sidecar is that same upload.
 //!
 //! A capability is a secret like the token: never logged in full (`log::redact`).
+//!
+//! Deletion links (`url_suppression`, specification §2.6) are built the same way for another
+//! purpose: `s1.…` under `K' = HMAC-SHA256(token_acces, "depot-fichiers suppression v1")`, the
+//! message starting with `s1`. A reading capability does not delete and a deletion capability
+//! does not read: their keys differ.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -36,10 +41,32 @@ use crate::store::Sidecar;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Version tag: first field of a capability and first bytes of the MAC'd message.
-const VERSION: &str = "l1";
-/// Fixed label of the key derivation.
-const KEY_LABEL: &[u8] = b"depot-fichiers liens_par_fichier v1";
+/// What a capability opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Reading one upload (`url_telechargement`, the MCP tool's links).
+    Read,
+    /// Deleting one upload (`url_suppression`).
+    Delete,
+}
+
+impl Purpose {
+    /// Version tag: first field of a capability and first bytes of the MAC'd message.
+    fn version(self) -> &'static str {
+        match self {
+            Purpose::Read => "l1",
+            Purpose::Delete => "s1",
+        }
+    }
+
+    /// Fixed label of the key derivation.
+    fn key_label(self) -> &'static [u8] {
+        match self {
+            Purpose::Read => b"depot-fichiers liens_par_fichier v1",
+            Purpose::Delete => b"depot-fichiers suppression v1",
+        }
+    }
+}
 /// Bytes of an HMAC-SHA256 tag.
 const TAG_LEN: usize = 32;
 
@@ -92,18 +119,18 @@ fn hmac(key: &[u8]) -> HmacSha256 {
     HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length")
 }
 
-/// `K`, derived from `token_acces`.
-fn link_key(token_acces: &str) -> [u8; TAG_LEN] {
+/// `K` (or `K'`), derived from `token_acces`.
+fn link_key(purpose: Purpose, token_acces: &str) -> [u8; TAG_LEN] {
     let mut m = hmac(token_acces.as_bytes());
-    m.update(KEY_LABEL);
+    m.update(purpose.key_label());
     m.finalize().into_bytes().into()
 }
 
 /// The MAC of one upload of `name`.
-fn tag(token_acces: &str, name: &Name, upload: UploadId) -> [u8; TAG_LEN] {
+fn tag(purpose: Purpose, token_acces: &str, name: &Name, upload: UploadId) -> [u8; TAG_LEN] {
     let name = name.as_str().as_bytes();
-    let mut m = hmac(&link_key(token_acces));
-    m.update(VERSION.as_bytes());
+    let mut m = hmac(&link_key(purpose, token_acces));
+    m.update(purpose.version().as_bytes());
     m.update(&(name.len() as u64).to_be_bytes());
     m.update(name);
     m.update(&upload.depot_timestamp.to_be_bytes());
@@ -114,12 +141,22 @@ fn tag(token_acces: &str, name: &Name, upload: UploadId) -> [u8; TAG_LEN] {
 
 /// The capability of one upload of `name`.
 pub fn capability(token_acces: &str, name: &Name, upload: UploadId) -> String {
+    capability_for(Purpose::Read, token_acces, name, upload)
+}
+
+/// The deletion capability of one upload of `name`.
+pub fn deletion_capability(token_acces: &str, name: &Name, upload: UploadId) -> String {
+    capability_for(Purpose::Delete, token_acces, name, upload)
+}
+
+fn capability_for(purpose: Purpose, token_acces: &str, name: &Name, upload: UploadId) -> String {
     format!(
-        "{VERSION}.{}.{}.{}.{}",
+        "{}.{}.{}.{}.{}",
+        purpose.version(),
         upload.depot_timestamp,
         upload.depot_nanosecondes,
         upload.inode,
-        URL_SAFE_NO_PAD.encode(tag(token_acces, name, upload))
+        URL_SAFE_NO_PAD.encode(tag(purpose, token_acces, name, upload))
     )
 }
 
@@ -130,7 +167,7 @@ fn canonical<T: std::str::FromStr + ToString>(s: &str) -> Option<T> {
 }
 
 /// The upload and the tag a capability claims, if it has the shape of one.
-fn parse(presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])> {
+fn parse(purpose: Purpose, presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])> {
     let s = std::str::from_utf8(presented).ok()?;
     let mut fields = s.split('.');
     let (version, ts, ns, ino, mac) = (
@@ -140,7 +177,7 @@ fn parse(presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])> {
         fields.next()?,
         fields.next()?,
     );
-    if fields.next().is_some() || version != VERSION {
+    if fields.next().is_some() || version != purpose.version() {
         return None;
     }
     let upload = UploadId {
@@ -156,7 +193,7 @@ fn parse(presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])> {
 /// `/mcp.php` refuses such a bearer without sending it to the authorization server: a link
 /// is a secret of this server, never an OAuth token.
 pub fn looks_like_capability(presented: &[u8]) -> bool {
-    parse(presented).is_some()
+    parse(Purpose::Read, presented).is_some() || parse(Purpose::Delete, presented).is_some()
 }
 
 /// Checks the capability `presented` for `name` at time `now` (seconds): the upload it was
@@ -169,8 +206,46 @@ pub fn verify(
     presented: &[u8],
     now: i64,
 ) -> Result<UploadId, Refusal> {
-    let (upload, claimed) = parse(presented).ok_or(Refusal::Malformed)?;
-    let genuine: bool = tag(token_acces, name, upload).ct_eq(&claimed).into();
+    verify_for(
+        Purpose::Read,
+        token_acces,
+        max_age_secs,
+        name,
+        presented,
+        now,
+    )
+}
+
+/// [`verify`] for a deletion capability (`url_suppression`).
+pub fn verify_deletion(
+    token_acces: &str,
+    max_age_secs: u64,
+    name: &Name,
+    presented: &[u8],
+    now: i64,
+) -> Result<UploadId, Refusal> {
+    verify_for(
+        Purpose::Delete,
+        token_acces,
+        max_age_secs,
+        name,
+        presented,
+        now,
+    )
+}
+
+fn verify_for(
+    purpose: Purpose,
+    token_acces: &str,
+    max_age_secs: u64,
+    name: &Name,
+    presented: &[u8],
+    now: i64,
+) -> Result<UploadId, Refusal> {
+    let (upload, claimed) = parse(purpose, presented).ok_or(Refusal::Malformed)?;
+    let genuine: bool = tag(purpose, token_acces, name, upload)
+        .ct_eq(&claimed)
+        .into();
     if !genuine {
         return Err(Refusal::Forged);
     }
@@ -203,6 +278,16 @@ pub fn capability_url(url_base: &str, token_acces: &str, name: &Name, upload: Up
         "{url_base}/download.php?fichier={}&token={}",
         name.percent_encoded(),
         percent_encode(&capability(token_acces, name, upload))
+    )
+}
+
+/// The `url_suppression` of one upload of `name`: its deletion capability, on `download.php`
+/// (the address a connector already talks to), for `DELETE` or `POST` only.
+pub fn deletion_url(url_base: &str, token_acces: &str, name: &Name, upload: UploadId) -> String {
+    format!(
+        "{url_base}/download.php?fichier={}&suppression={}",
+        name.percent_encoded(),
+        percent_encode(&deletion_capability(token_acces, name, upload))
     )
 }
 
@@ -242,6 +327,27 @@ mod tests {
     }
 
     #[test]
+    fn a_deletion_capability_neither_reads_nor_is_read_as_one() {
+        let read = capability(TOKEN, &name("a.txt"), UP);
+        let delete = deletion_capability(TOKEN, &name("a.txt"), UP);
+        assert!(delete.starts_with("s1."));
+        let v = |c: &str| verify_deletion(TOKEN, 3600, &name("a.txt"), c.as_bytes(), NOW);
+        assert_eq!(v(&delete), Ok(UP));
+        assert_eq!(v(&read), Err(Refusal::Malformed));
+        assert_eq!(check(&delete, "a.txt", NOW), Err(Refusal::Malformed));
+        // Same fields, the read tag under the delete version: forged.
+        let swapped = format!("s1{}", &read[2..]);
+        assert_eq!(v(&swapped), Err(Refusal::Forged));
+        let other = deletion_capability(TOKEN, &name("b.txt"), UP);
+        assert_eq!(v(&other), Err(Refusal::Forged));
+        assert!(looks_like_capability(delete.as_bytes()));
+        assert_eq!(
+            verify_deletion(TOKEN, 3600, &name("a.txt"), delete.as_bytes(), NOW + 3600),
+            Err(Refusal::Expired)
+        );
+    }
+
+    #[test]
     fn another_name_is_refused() {
         let cap = capability(TOKEN, &name("a.txt"), UP);
         assert_eq!(check(&cap, "b.txt", NOW), Err(Refusal::Forged));
@@ -269,6 +375,7 @@ mod tests {
             taille_octets: 1,
             inode: Some(4242),
             depot_nanosecondes: Some(123_456_789),
+            ..Sidecar::default()
         };
         assert_eq!(check(&cap, "a.txt", NOW), Ok(UploadId::of(&sc, 4242)));
         // Same second, same inode (a freed inode handed back), another nanosecond: another upload.

@@ -280,9 +280,14 @@ async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
         .admit_length(length)
         .map_err(|e| limited(e.into(), app))?;
     let name = name_of(req)?;
+    let life = crate::upload::asked_life(
+        app,
+        req.query_param("duree_max_secondes").as_deref(),
+        req.query_param("telechargements_max").as_deref(),
+    )?;
     let (id, state) = app
         .store
-        .create_resumable(&name, length, digest)
+        .create_resumable(&name, length, digest, life)
         .map_err(|e| match e {
             e @ StoreError::TooLarge { .. } => limited(e.into(), app),
             e => e.into(),

@@ -15,7 +15,7 @@
 use crate::app::App;
 use crate::error::ApiError;
 use crate::http::{Request, Response, Role};
-use crate::{download, mcp, metadata, reprise, upload};
+use crate::{deletion, download, mcp, metadata, reprise, upload};
 
 /// The endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,11 @@ const REFUSAL: &[u8] = b"refus.php";
 pub fn authorize(app: &App, req: &Request) -> Response {
     let admitted = match endpoint(req) {
         Endpoint::Upload if reprise::concerns(req) => reprise::reads_body(app, req),
+        // A deletion reads no body: admitted with the token only, like an upload, so that no
+        // stranger's body is ever taken in; refused, its answer is the handler's 401.
+        Endpoint::Upload if req.method() == "DELETE" => {
+            crate::app::bearer_matches(req.header("Authorization"), &app.cfg)
+        }
         Endpoint::Upload => upload::reads_body(app, req),
         _ => true,
     };
@@ -116,7 +121,9 @@ pub async fn handle(app: &App, req: Request) -> Response {
         Endpoint::Upload if reprise::concerns(&req) => {
             Box::pin(reprise::handle(app, &mut req)).await
         }
+        Endpoint::Upload if req.method() == "DELETE" => deletion::by_token(app, &req).await,
         Endpoint::Upload => Box::pin(upload::handle(app, &mut req)).await,
+        Endpoint::Download if deletion::is_link(&req) => deletion::by_link(app, &req).await,
         Endpoint::Download => download::handle(app, &req).await,
         Endpoint::Mcp => mcp::handle(app, &mut req).await,
         Endpoint::Metadata => metadata::handle(app, &req),

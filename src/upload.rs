@@ -1,7 +1,9 @@
 //! `POST /upload.php` (specification §2.1): sweep → token → exactly one file part `fichier`, streamed
 //! to a temporary file with the size limit checked as bytes arrive → name → the SHA-256 the
-//! sender stated in a `sha256` field, if any → atomic publication → JSON reply → log line. (The
-//! resumable upload on the same endpoint is `reprise.rs`.)
+//! sender stated in a `sha256` field, if any → the life the sender asked for (`duree_max_secondes`,
+//! `telechargements_max`, specification §2.6: [`asked_life`], shared with the resumable upload) →
+//! atomic publication → JSON reply → log line. (The resumable upload on the same endpoint is
+//! `reprise.rs`.)
 
 use std::collections::VecDeque;
 use std::io;
@@ -21,7 +23,7 @@ use crate::http::{Body, Request, Response};
 use crate::liens::{self, UploadId};
 use crate::log::quoted;
 use crate::names::Name;
-use crate::store::Published;
+use crate::store::{Life, Published};
 
 /// How many bytes multer may take from the body without handing anything back (part headers,
 /// preamble): beyond this the body is refused instead of being buffered. See [`GuardedBody`].
@@ -95,6 +97,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     let mut found: Option<(Name, crate::store::Upload)> = None;
     let mut name_error = None;
     let mut stated: Option<[u8; 32]> = None;
+    let mut life_fields = LifeFields::default();
     loop {
         let field = multipart.next_field().await.map_err(|e| match e {
             multer::Error::ReadHeaderFailed(_) | multer::Error::DecodeHeaderValue { .. } => {
@@ -128,6 +131,20 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
                 ));
             }
             stated = Some(digest);
+            continue;
+        }
+        if file_name.is_none()
+            && let Some(slot) = params.name.as_deref().and_then(|n| life_fields.slot(n))
+        {
+            let mut value = Vec::new();
+            while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                progress.produced();
+                value.extend_from_slice(&chunk);
+                if value.len() > MAX_LIFE_FIELD {
+                    break;
+                }
+            }
+            slot.push(value);
             continue;
         }
         if !is_fichier || file_name.is_none() {
@@ -170,9 +187,78 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
     if let Some(digest) = stated {
         up.expect_sha256(digest);
     }
+    up.set_life(life_fields.read(app)?);
     // fsyncs and renames, then the 200: the fsync is what makes the published file durable.
     let published = app.publish(up, &name).await?;
     Ok((name, published))
+}
+
+/// The longest value of `duree_max_secondes` or `telechargements_max` read (more is refused).
+const MAX_LIFE_FIELD: usize = 64;
+
+/// The values of the two life fields of a multipart upload, as they came.
+#[derive(Default)]
+struct LifeFields {
+    max_age: Vec<Vec<u8>>,
+    downloads: Vec<Vec<u8>>,
+}
+
+impl LifeFields {
+    /// Where the value of the field `name` goes, if it is one of the two.
+    fn slot(&mut self, name: &[u8]) -> Option<&mut Vec<Vec<u8>>> {
+        match name {
+            b"duree_max_secondes" => Some(&mut self.max_age),
+            b"telechargements_max" => Some(&mut self.downloads),
+            _ => None,
+        }
+    }
+
+    /// The life asked for: a field given twice must say the same thing.
+    fn read(&self, app: &App) -> Result<Life, ApiError> {
+        let one = |values: &[Vec<u8>]| -> Result<Option<Vec<u8>>, ()> {
+            match values {
+                [] => Ok(None),
+                [first, rest @ ..] if rest.iter().all(|v| v == first) => Ok(Some(first.clone())),
+                _ => Err(()),
+            }
+        };
+        let max_age = one(&self.max_age)
+            .map_err(|()| ApiError::InvalidMaxAge(app.cfg.expiry.max_age_secs))?;
+        let downloads = one(&self.downloads)
+            .map_err(|()| ApiError::InvalidDownloadCount(app.cfg.limits.max_downloads))?;
+        asked_life(app, max_age.as_deref(), downloads.as_deref())
+    }
+}
+
+/// What a sender asked of its file's life (specification §2.6), from the raw values of
+/// `duree_max_secondes` and `telechargements_max` (form fields of an upload, query parameters
+/// of a resumable creation; `None`: not asked): the one reading of both. A value is a decimal
+/// integer (blanks around it allowed) within its bounds, or the field's own 400.
+pub fn asked_life(
+    app: &App,
+    max_age: Option<&[u8]>,
+    downloads: Option<&[u8]>,
+) -> Result<Life, ApiError> {
+    let read = |v: &[u8], max: u64| -> Option<u64> {
+        let s = std::str::from_utf8(v).ok()?.trim();
+        if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u64 = s.parse().ok()?;
+        (1..=max).contains(&n).then_some(n)
+    };
+    let max_age_bound = app.cfg.expiry.max_age_secs;
+    let downloads_bound = app.cfg.limits.max_downloads;
+    Ok(Life {
+        max_age_secs: max_age
+            .map(|v| read(v, max_age_bound).ok_or(ApiError::InvalidMaxAge(max_age_bound)))
+            .transpose()?,
+        max_downloads: downloads
+            .map(|v| {
+                read(v, downloads_bound).ok_or(ApiError::InvalidDownloadCount(downloads_bound))
+            })
+            .transpose()?,
+    })
 }
 
 /// The longest `sha256` field read (64 digits, and room for blanks around them).
@@ -334,13 +420,20 @@ fn multipart_error(e: multer::Error) -> ApiError {
 }
 
 /// The success reply: the five fields of the specification, then `sha256`, `expire_a` and
-/// `expire_si_inactif_dans_secondes`.
+/// `expire_si_inactif_dans_secondes`, `url_suppression`, and `telechargements_restants` for a
+/// counted file (specification §2.6). The age fields say the shorter of the two lives.
 pub fn success(app: &App, name: &Name, p: &Published) -> Response {
-    let max_age = app.cfg.expiry.max_age_secs;
+    let max_age = p
+        .sidecar
+        .max_age_secs
+        .map_or(app.cfg.expiry.max_age_secs, |a| {
+            a.min(app.cfg.expiry.max_age_secs)
+        });
+    let upload = UploadId::of(&p.sidecar, p.sidecar.inode.unwrap_or(0));
     let expire_a = jiff::Timestamp::from_second(p.sidecar.depot_timestamp + max_age as i64)
         .map(|t| t.to_string())
         .unwrap_or_default();
-    let body = json!({
+    let mut body = json!({
         "succes": true,
         "nom": name.as_str(),
         "taille_octets": p.sidecar.taille_octets,
@@ -350,13 +443,22 @@ pub fn success(app: &App, name: &Name, p: &Published) -> Response {
             app.cfg.access.per_file_links,
             name,
             // The inode is always recorded by `publish` (0 would make a link that opens nothing).
-            UploadId::of(&p.sidecar, p.sidecar.inode.unwrap_or(0)),
+            upload,
         ),
         "expire_au_plus_tard_dans_secondes": max_age,
         "sha256": p.sha256_hex,
         "expire_a": expire_a,
         "expire_si_inactif_dans_secondes": app.cfg.expiry.max_idle_secs,
+        "url_suppression": liens::deletion_url(
+            &app.cfg.site.base_url,
+            &app.cfg.access.token,
+            name,
+            upload,
+        ),
     });
+    if let Some(n) = p.sidecar.max_downloads {
+        body["telechargements_restants"] = json!(n);
+    }
     Response::json(200, &body)
         .header("Cache-Control", "no-store")
         .header("X-Content-Type-Options", "nosniff")

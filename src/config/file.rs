@@ -58,6 +58,8 @@ pub(super) struct File {
     #[serde(default)]
     pub nombre_max_reprises_en_cours: Bounded<1, 1_000_000, 1024>,
     #[serde(default)]
+    pub telechargements_max_par_fichier: Bounded<1, 1000, 100>,
+    #[serde(default)]
     pub mcp_taille_max_requete_octets: Bounded<1024, { 64 * MIB }, MIB>,
     #[serde(default)]
     pub oauth_delai_max_secondes: Timeout,

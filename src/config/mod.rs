@@ -84,6 +84,9 @@ pub struct Limits {
     /// `nombre_max_reprises_en_cours`: the unfinished resumable uploads a store holds at most
     /// (507 `trop_de_reprises` for a creation beyond).
     pub max_resumables: u64,
+    /// `telechargements_max_par_fichier`: the largest download count a sender may ask for
+    /// (400 `telechargements_invalides` beyond).
+    pub max_downloads: u64,
     /// `taille_max_base64_octets`: the largest total of files returned in base64 by one
     /// `/mcp.php` request.
     pub max_base64_bytes: u64,
@@ -322,6 +325,7 @@ impl Config {
                 max_file_bytes: f.taille_max_fichier_octets.0,
                 max_total_bytes: f.taille_max_totale_octets.0,
                 max_resumables: f.nombre_max_reprises_en_cours.0,
+                max_downloads: f.telechargements_max_par_fichier.0,
                 max_base64_bytes: f.taille_max_base64_octets.0,
                 max_mcp_request_bytes: f.mcp_taille_max_requete_octets.0,
             },

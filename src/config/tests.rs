@@ -33,6 +33,7 @@ fn defaults_apply() {
     assert_eq!(c.expiry.min_sweep_interval_ms, 1000);
     assert_eq!(c.limits.max_total_bytes, 0);
     assert_eq!(c.limits.max_resumables, 1024);
+    assert_eq!(c.limits.max_downloads, 100);
     assert_eq!(c.limits.max_mcp_request_bytes, MIB);
     assert_eq!(c.oauth.timeout, Duration::from_secs(5));
     assert_eq!(c.log.max_bytes, 8 * MIB);
@@ -112,7 +113,7 @@ fn every_integer_key_is_bounded() {
         .filter(|k| matches!(table.get(*k), Some(toml::Value::Integer(_))))
         .filter(|k| *k != "oauth_delai_max_secondes")
         .collect();
-    assert_eq!(integer_keys.len(), 11, "{integer_keys:?}");
+    assert_eq!(integer_keys.len(), 12, "{integer_keys:?}");
     for key in integer_keys {
         let (min, max) = range_of(key);
         let below = if min == 0 {

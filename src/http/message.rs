@@ -96,6 +96,15 @@ pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>
 /// [`Request::announced_length`]).
 pub const ANNOUNCED_LENGTH: &str = "DEPOT_FICHIERS_TAILLE_ANNONCEE";
 
+/// What a handler does around the end of a file body's transfer.
+pub trait Delivery {
+    /// Runs just before the last piece of the body is handed to the web server, every other
+    /// piece having been (a body written in one piece: before it). Default: nothing.
+    fn before_last_piece(&mut self) {}
+    /// Runs once every byte has been handed to the web server.
+    fn delivered(self: Box<Self>, file: &File);
+}
+
 /// What follows the headers.
 pub enum ResponseBody {
     /// No body (HEAD, 202, 204); `Content-Length`, if any, is set by the handler.
@@ -110,9 +119,9 @@ pub enum ResponseBody {
         offset: u64,
         /// Number of bytes sent.
         len: u64,
-        /// What is done to the file once every byte has been handed to the web server (the
-        /// handler's rule: a download's "last download" clock, `download.rs`); `None`: nothing.
-        once_sent: Option<fn(&File)>,
+        /// What is done around the end of the transfer (the handler's rules: a download's
+        /// "last download" clock, a counted download spent, `download.rs`); `None`: nothing.
+        delivery: Option<Box<dyn Delivery>>,
     },
     /// A body produced piece by piece while it is written (the MCP reply whose base64 contents
     /// are encoded as they leave, `mcp/base64_body.rs`); `Content-Length` is added when it is written.
@@ -232,6 +241,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        406 => "Not Acceptable",
         409 => "Conflict",
         413 => "Content Too Large",
         416 => "Range Not Satisfiable",

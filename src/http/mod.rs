@@ -17,7 +17,8 @@ mod write;
 
 pub use body::{BODY_CHANNEL_DEPTH, Body};
 pub use message::{
-    ANNOUNCED_LENGTH, Chunks, Handler, Request, Response, ResponseBody, Role, reason_phrase,
+    ANNOUNCED_LENGTH, Chunks, Delivery, Handler, Request, Response, ResponseBody, Role,
+    reason_phrase,
 };
 pub use params::{Params, query_param};
 pub use write::{FILE_CHUNK, render_small, small_body_len, write_response};

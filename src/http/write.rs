@@ -1,15 +1,15 @@
 //! The CGI output of a [`Response`]: `Status:` line, headers, blank line, body. Streamed to any
 //! `AsyncWrite` by [`write_response`] (the FastCGI layer wraps that writer in STDOUT records, the
 //! CGI layer writes it to stdout), or rendered in memory by [`render_small`] for a small answer
-//! sent in one write. A file body is read by [`FileRange`] either way, and its `once_sent` runs
-//! once its last byte has been handed over.
+//! sent in one write. A file body is read by [`FileRange`] either way, and its [`Delivery`] runs
+//! before its last piece and once its last byte has been handed over.
 
 use std::fs::File;
 use std::io;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::message::{Response, ResponseBody, reason_phrase};
+use super::message::{Delivery, Response, ResponseBody, reason_phrase};
 
 /// Size of the reads from a file being sent (one FastCGI record at most).
 pub const FILE_CHUNK: usize = 64 * 1024 - 8;
@@ -52,8 +52,9 @@ pub fn small_body_len(resp: &Response, max: u64) -> Option<u64> {
 }
 
 /// Appends `resp` in CGI response format to `out`, reading a file body straight into it: for
-/// the responses [`small_body_len`] accepts. A file's `once_sent` runs here, once its bytes are
-/// in the response (the caller then hands it to the connection in one write). An error (reading
+/// the responses [`small_body_len`] accepts. A file's [`Delivery`] runs here, once its bytes are
+/// in the response (the caller then hands it to the connection in one write): its last piece
+/// is the whole body. An error (reading
 /// the file) leaves `out` with the head and part of the body.
 pub fn render_small(resp: Response, out: &mut Vec<u8>) -> io::Result<()> {
     if matches!(resp.body, ResponseBody::Chunks(_)) {
@@ -69,10 +70,15 @@ pub fn render_small(resp: Response, out: &mut Vec<u8>) -> io::Result<()> {
             file,
             offset,
             len,
-            once_sent,
+            mut delivery,
         } => {
+            if let Some(d) = delivery.as_mut() {
+                d.before_last_piece();
+            }
             FileRange::new(&file, offset, len).read_into(out, len)?;
-            once_sent.inspect(|done| done(&file));
+            if let Some(d) = delivery {
+                d.delivered(&file);
+            }
         }
     }
     Ok(())
@@ -91,12 +97,24 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
             file,
             offset,
             len,
-            once_sent,
+            mut delivery,
         } => {
             let mut range = FileRange::new(&file, offset, len);
             // Sized for this file: a small download does not allocate a whole chunk.
             let mut buf = Vec::with_capacity(len.min(FILE_CHUNK as u64) as usize);
+            let mut last_piece_told = false;
+            let mut tell_last_piece = |d: &mut Option<Box<dyn Delivery>>| {
+                if !last_piece_told {
+                    last_piece_told = true;
+                    if let Some(d) = d.as_mut() {
+                        d.before_last_piece();
+                    }
+                }
+            };
             while !range.is_done() {
+                if range.left <= FILE_CHUNK as u64 {
+                    tell_last_piece(&mut delivery);
+                }
                 buf.clear();
                 // Local-disk reads of a page-cached file: short enough to do inline on this
                 // thread. What was read before an error is still written.
@@ -104,8 +122,12 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
                 out.write_all(&buf).await?;
                 read?;
             }
+            // An empty body: its (empty) last piece is now.
+            tell_last_piece(&mut delivery);
             out.flush().await?;
-            once_sent.inspect(|done| done(&file));
+            if let Some(d) = delivery {
+                d.delivered(&file);
+            }
             return Ok(());
         }
         ResponseBody::Chunks(mut chunks) => {
@@ -118,7 +140,7 @@ pub async fn write_response<W: AsyncWrite + Unpin>(resp: Response, out: &mut W) 
 }
 
 impl ResponseBody {
-    /// The whole body in memory (tests, fuzzing); a file body is read, without its `once_sent`.
+    /// The whole body in memory (tests, fuzzing); a file body is read, without its delivery.
     pub fn into_vec(self) -> io::Result<Vec<u8>> {
         match self {
             ResponseBody::Empty => Ok(Vec::new()),
@@ -214,11 +236,16 @@ mod tests {
         let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &data).unwrap();
         // A download's rule (`download.rs`): the file's mtime set to now.
-        let touch: fn(&File) = |f| {
-            let _ = f.set_modified(std::time::SystemTime::now());
-        };
+        struct Touch;
+        impl Delivery for Touch {
+            fn delivered(self: Box<Self>, f: &File) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+            }
+        }
+        let touch = true;
         let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
-        let file = |touch: Option<fn(&File)>| {
+        let file = |touch: Option<bool>| {
+            let touch = touch.map(|_| Box::new(Touch) as Box<dyn Delivery>);
             let f = File::open(&path).unwrap();
             File::options()
                 .write(true)
@@ -245,7 +272,7 @@ mod tests {
                         file: f,
                         offset: 0,
                         len: 20_000,
-                        once_sent: touch,
+                        delivery: touch,
                     };
                     r
                 }),
@@ -259,7 +286,7 @@ mod tests {
                         file: f,
                         offset: 5,
                         len: 10,
-                        once_sent: touch,
+                        delivery: touch,
                     };
                     r
                 }),
@@ -290,7 +317,7 @@ mod tests {
             file: File::open(&path).unwrap(),
             offset: 19_990,
             len: 20,
-            once_sent: None,
+            delivery: None,
         };
         let e = render_small(r, &mut tail).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);

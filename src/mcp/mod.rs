@@ -197,7 +197,8 @@ impl Default for Base64Splice {
 /// The real store as the tool's [`tool::FileSource`]: in mode base64, the cap on files per
 /// request (before anything is opened); lookup (an expired file is deleted there); size and
 /// budget checks in mode base64 (the file itself is read while the reply is written, see
-/// [`Base64Splice`]); then `touch` (a retrieval counts as a download).
+/// [`Base64Splice`]); a counted file's download spent in mode base64 (specification §2.6); then
+/// `touch` (a retrieval counts as a download).
 pub fn store_source<'a>(
     app: &'a App,
     splice: &'a mut Base64Splice,
@@ -230,6 +231,37 @@ pub fn store_source<'a>(
                     spent: splice.spent,
                     max,
                 };
+            }
+        }
+        // A counted file (specification §2.6): mode base64 spends one of its downloads (the
+        // tool reads the file: the reply carries it whole), mode lien spends none but needs one
+        // left.
+        let version = crate::store::Version::of(&found.sidecar, found.ino);
+        if found.sidecar.max_downloads.is_some() {
+            if mode == Mode::Base64 {
+                match app.store.take_download(&found.sidecar, version) {
+                    Ok(crate::store::Take::Taken(ticket)) => {
+                        if ticket.spend() {
+                            // The open file is read while the reply is written: the pair
+                            // can go now.
+                            let _ = app.store.remove_version(name, Some(version));
+                        }
+                    }
+                    Ok(crate::store::Take::Uncounted) => {}
+                    Ok(crate::store::Take::Spent) => {
+                        let _ = app.store.remove_version(name, Some(version));
+                        return FileOutcome::Missing;
+                    }
+                    Ok(crate::store::Take::AllTaken) => return FileOutcome::Missing,
+                    Err(StoreError::Busy) => {
+                        return FileOutcome::Busy {
+                            retry_after: crate::error::retry_after_secs(),
+                        };
+                    }
+                    Err(e) => return FileOutcome::Error(e.to_string()),
+                }
+            } else if app.store.downloads_left(&found.sidecar, version) == Some(0) {
+                return FileOutcome::Missing;
             }
         }
         if let Err(e) = found.touch() {

@@ -67,6 +67,18 @@ impl Lifetimes {
         (depot + self.max_age).min(mtime + self.max_idle)
     }
 
+    /// The lifetimes of one file: its sender may have asked for a shorter maximum age
+    /// (specification §2.6), never a longer one.
+    pub fn of(&self, sidecar: &Sidecar) -> Lifetimes {
+        let asked = sidecar
+            .max_age_secs
+            .map(|s| i64::try_from(s).unwrap_or(i64::MAX));
+        Lifetimes {
+            max_age: asked.map_or(self.max_age, |a| a.min(self.max_age)),
+            max_idle: self.max_idle,
+        }
+    }
+
     /// Specification §4: expired by age or by inactivity.
     pub fn expired(&self, depot: i64, mtime: i64, now: i64) -> bool {
         now - depot > self.max_age || now - mtime > self.max_idle
@@ -96,8 +108,9 @@ impl Lifetimes {
     /// neither clock has run out (what a download may serve).
     pub fn live(&self, sidecar: &Sidecar, file: FileFacts, now: i64) -> Option<i64> {
         let depot = sidecar.depot_timestamp;
-        (belongs(sidecar, file) && !self.expired(depot, file.mtime, now))
-            .then(|| self.deadline(depot, file.mtime))
+        let own = self.of(sidecar);
+        (belongs(sidecar, file) && !own.expired(depot, file.mtime, now))
+            .then(|| own.deadline(depot, file.mtime))
     }
 
     /// The verdict on a whole pair: the file, what its sidecar holds (`None`: unreadable) and
@@ -145,6 +158,7 @@ mod tests {
             taille_octets: size,
             inode,
             depot_nanosecondes: None,
+            ..Sidecar::default()
         }
     }
 

@@ -118,6 +118,9 @@ pub(super) enum Folder {
     Meta,
     /// The resumable uploads (`.tmp/reprises`).
     Reprises,
+    /// The tickets of counted downloads (`.tmp/telechargements`): the folders of versions
+    /// gone are removed.
+    Tickets,
 }
 
 impl Walk {
@@ -141,6 +144,7 @@ impl Walk {
                     "racine" => Some(Folder::Root),
                     "meta" => Some(Folder::Meta),
                     "reprises" => Some(Folder::Reprises),
+                    "telechargements" => Some(Folder::Tickets),
                     _ => None,
                 };
                 let walked = words.next().and_then(|w| w.parse().ok());
@@ -173,6 +177,7 @@ impl Walk {
                     Folder::Root => "racine",
                     Folder::Meta => "meta",
                     Folder::Reprises => "reprises",
+                    Folder::Tickets => "telechargements",
                 };
                 match walked {
                     Some(n) => format!("{kind} {f} {at} {n}\n"),
@@ -485,7 +490,13 @@ impl Store {
                     at: 0,
                     walked: Some(0),
                 },
-                (true, Folder::Reprises) => Walk::Done(now),
+                (true, Folder::Reprises) => Walk::Walking {
+                    adopting,
+                    folder: Folder::Tickets,
+                    at: 0,
+                    walked: Some(0),
+                },
+                (true, Folder::Tickets) => Walk::Done(now),
             };
             if !ended {
                 break;
@@ -514,6 +525,10 @@ impl Store {
                 Some(d) => d,
                 None => return Ok((at, true, 0)),
             },
+            Folder::Tickets => match self.tickets_for_walk()? {
+                Some(d) => d,
+                None => return Ok((at, true, 0)),
+            },
         };
         let mut names = 0u64;
         let (reached, ended) = walk_dir(dir, at, budget, |raw| {
@@ -521,6 +536,10 @@ impl Store {
                 return Ok(());
             }
             names += 1;
+            if folder == Folder::Tickets {
+                self.walked_tickets(raw, now);
+                return Ok(());
+            }
             if folder == Folder::Reprises {
                 return match self.walked_resumable(raw, now) {
                     Some((id, second)) => self.file_resumable_entry(&id, second),
@@ -534,7 +553,7 @@ impl Store {
                     .strip_suffix(b".json")
                     .and_then(|n| Name::listed(n).ok())
                     .filter(|n| self.stored_size_of(n).is_none()),
-                Folder::Reprises => unreachable!("filed above"),
+                Folder::Reprises | Folder::Tickets => unreachable!("done above"),
             };
             let Some(name) = name else { return Ok(()) };
             let second = match self.observe(&name, now).0 {

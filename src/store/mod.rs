@@ -8,6 +8,8 @@
 //! - `.tmp/index/`: the expiry index (`index.rs`) and the totals of what is stored, with the
 //!   check that keeps them true (`total.rs`);
 //! - `.tmp/reprises/`: the resumable uploads, their data and state (`reprise.rs`);
+//! - `.tmp/telechargements/`: one ticket per download left of each counted file
+//!   (`downloads.rs`);
 //! - `.tmp/envoi-*`: second names of stored files handed to the web server by `X-Sendfile`
 //!   ([`Store::sendfile_alias`]), removed by the sweep after a minute;
 //! - `.tmp/introspection/`: the bookkeeping of the calls to the authorization server
@@ -40,6 +42,7 @@
 //! redirect a write nor a deletion. Only [`Store::sendfile_alias`] (for `X-Sendfile`) returns a
 //! path, for the web server to open.
 
+mod downloads;
 mod expiry;
 mod index;
 mod introspection;
@@ -66,6 +69,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::config::Config;
 use crate::folders;
 
+pub use downloads::{Take, Ticket, Version};
 pub use expiry::now_secs;
 pub use introspection::{Admission, CALLS_IN_FLIGHT, PLACE_WAIT, REFUSAL_MEMORY, Turn};
 pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
@@ -91,7 +95,7 @@ const ALIAS_PREFIX: &str = "envoi-";
 const ALIAS_LIFE_SECS: i64 = 60;
 
 /// The sidecar `.meta/<name>.json`, written once per upload and never rewritten.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sidecar {
     /// The stored (sanitised) name.
     pub nom_original: String,
@@ -110,6 +114,41 @@ pub struct Sidecar {
     /// second (ext4 does): what a per-file link is bound to (`liens.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depot_nanosecondes: Option<u32>,
+    /// The sender's shorter maximum age, in seconds (`duree_max_secondes`, specification §2.6):
+    /// the file expires at the latest that long after its upload.
+    #[serde(
+        rename = "duree_max_secondes",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_age_secs: Option<u64>,
+    /// The sender's download count (`telechargements_max`, specification §2.6): the file is
+    /// served that many times, then removed (`downloads.rs`).
+    #[serde(
+        rename = "telechargements_max",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_downloads: Option<u64>,
+}
+
+/// What a sender asked of its file's life (specification §2.6); the default asks nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Life {
+    /// `duree_max_secondes`: a maximum age shorter than `duree_max_depot_secondes`.
+    #[serde(
+        rename = "duree_max_secondes",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_age_secs: Option<u64>,
+    /// `telechargements_max`: how many downloads the file is served for.
+    #[serde(
+        rename = "telechargements_max",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_downloads: Option<u64>,
 }
 
 impl Sidecar {
@@ -215,6 +254,9 @@ pub struct Store {
     index_fd: OwnedFd,
     /// `.tmp/reprises`, the resumable uploads (`reprise.rs`), once one was made.
     reprises: std::sync::OnceLock<OwnedFd>,
+    /// `.tmp/telechargements`, the tickets of counted downloads (`downloads.rs`), once one was
+    /// made.
+    tickets: std::sync::OnceLock<OwnedFd>,
     /// Which `modele-<k>` of the index new entries are linked to (`index.rs`).
     index_model: AtomicUsize,
     /// This handle sweeps on the housekeeping thread, which no request waits for
@@ -262,6 +304,7 @@ impl Store {
             tmp_fd: tmp.fd,
             index_fd: index.fd,
             reprises: std::sync::OnceLock::new(),
+            tickets: std::sync::OnceLock::new(),
             index_model: AtomicUsize::new(0),
             off_thread: false,
             lifetimes: expiry::Lifetimes {

@@ -17,7 +17,7 @@ use rustix::fs::{AtFlags, OFlags};
 use sha2::{Digest, Sha256};
 
 use super::lock::{SharedGuard, Victims};
-use super::{PART_SUFFIX, Sidecar, Store, StoreError, open_at, pause_point};
+use super::{Life, PART_SUFFIX, Sidecar, Store, StoreError, open_at, pause_point};
 use crate::names::Name;
 
 /// What a successful publication produced.
@@ -77,6 +77,8 @@ pub struct Upload {
     /// The SHA-256 the sender stated (the `sha256` field next to `fichier`, a resumable upload's
     /// `Repr-Digest`): publication refuses other bytes.
     expected: Option<[u8; 32]>,
+    /// What the sender asked of the file's life (specification §2.6), written in its sidecar.
+    life: Life,
     /// Why the store cannot take this upload (disk full, or the file alone over the capacity),
     /// once known. The rest of the body is then counted, not written: the size limit is checked
     /// before the capacity (specification §9), so the refusal waits for the end of the file or for
@@ -109,6 +111,7 @@ impl Store {
             written: 0,
             sha: Sha::Running(Sha256::new()),
             expected: None,
+            life: Life::default(),
             max_file: self.max_file,
             capacity: self.capacity,
             full: None,
@@ -146,6 +149,7 @@ impl Store {
             written: length,
             sha: Sha::Known(digest),
             expected: None,
+            life: Life::default(),
             max_file: self.max_file,
             capacity: self.capacity,
             full: None,
@@ -211,6 +215,11 @@ impl Upload {
         Ok(())
     }
 
+    /// What the sender asked of the file's life: written in its sidecar at publication.
+    pub fn set_life(&mut self, life: Life) {
+        self.life = life;
+    }
+
     /// Bytes received so far.
     pub fn written(&self) -> u64 {
         self.written
@@ -246,6 +255,8 @@ impl Upload {
                 .duration_since(UNIX_EPOCH)
                 .ok()
                 .map(|d| d.subsec_nanos()),
+            max_age_secs: self.life.max_age_secs,
+            max_downloads: self.life.max_downloads,
         };
         // The sidecar is written under its own temporary name, then renamed too. Held (open,
         // hence locked) until the end of the renames, like the data file: the sweep leaves it
@@ -303,7 +314,10 @@ impl Upload {
         _sidecar_file: File,
     ) -> Result<(), StoreError> {
         // The new pair's deadline: its mtime is its depot time.
-        store.file_entry(name, store.lifetimes.shortest_from(sidecar.depot_timestamp))?;
+        let lifetimes = store.lifetimes.of(sidecar);
+        store.file_entry(name, lifetimes.shortest_from(sidecar.depot_timestamp))?;
+        // A counted file's tickets, before it can be served (specification §2.6).
+        store.issue_tickets(sidecar)?;
         pause_point("apres-entree-index");
         // Before the guard: the pair this one replaces is freed after the lock is let go.
         let mut victims = Victims::default();

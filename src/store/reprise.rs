@@ -69,7 +69,7 @@ use super::expiry::{Verdict, now_secs};
 use super::publish::{hex, start_writeback};
 use super::sha256_reprise::{ResumableSha256, SavedSha256};
 use super::{
-    PART_SUFFIX, Published, Sidecar, Store, StoreError, SweepReport, TMP, is_absent, open_at,
+    Life, PART_SUFFIX, Published, Sidecar, Store, StoreError, SweepReport, TMP, is_absent, open_at,
     pause_point, stat_entry,
 };
 use crate::folders;
@@ -201,6 +201,9 @@ pub struct ResumableState {
     /// Once published: what was published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publie: Option<PublishedRecord>,
+    /// What the sender asked of the published file's life (specification §2.6).
+    #[serde(flatten, default)]
+    pub life: Life,
 }
 
 impl ResumableState {
@@ -326,6 +329,7 @@ impl Store {
         name: &Name,
         length: u64,
         sha256: Option<[u8; 32]>,
+        life: Life,
     ) -> Result<(ResumableId, ResumableState), StoreError> {
         self.admit_length(length)?;
         if self.capacity > 0 && length > self.capacity {
@@ -355,6 +359,7 @@ impl Store {
                     inode: data.metadata()?.ino(),
                     empreinte_partielle: None,
                     publie: None,
+                    life,
                 };
                 write_state(dir, &id, &state)?;
                 Ok(state)
@@ -875,6 +880,7 @@ impl ResumableWriter {
         if let Some(stated) = self.state.sha256.as_deref().and_then(unhex) {
             upload.expect_sha256(stated);
         }
+        upload.set_life(self.state.life);
         pause_point("reprise-avant-publication");
         let published = match upload.publish(store, &name) {
             Ok(p) => p,

@@ -177,8 +177,9 @@ impl Store {
     }
 
     /// A full sweep regardless of the interval (`depot-fichiers sweep`, and every request when
-    /// the interval is 0): reads every entry, then drops the index's due entries (those of
-    /// pairs it removed, or moves them to their pair's deadline).
+    /// the interval is 0): reads every entry, then consumes the index's due entries (those of
+    /// pairs it removed are dropped, the others judged: a pair its sender gave a shorter life
+    /// is found there).
     pub fn sweep_full(&self) -> io::Result<SweepReport> {
         let mut report = SweepReport {
             full: true,
@@ -250,6 +251,10 @@ impl Store {
             report
                 .removed_resumables
                 .append(&mut more.removed_resumables);
+            // Pairs whose sender asked for a shorter life (specification §2.6) are due before
+            // the birth time above says: their index entry is filed at that shorter deadline.
+            report.removed_files.append(&mut more.removed_files);
+            report.removed_orphans.append(&mut more.removed_orphans);
             if !pending {
                 break;
             }

@@ -123,6 +123,7 @@ fn expiry_by_inactivity_and_by_age() {
         taille_octets: 1,
         inode: None,
         depot_nanosecondes: None,
+        ..Sidecar::default()
     };
     std::fs::write(
         d.path().join("files/.meta/old.json"),
@@ -203,6 +204,7 @@ fn mismatch(dir: &Path, name: &str) {
         taille_octets: m.len(),
         inode: Some(m.ino() + 1),
         depot_nanosecondes: None,
+        ..Sidecar::default()
     };
     std::fs::write(
         dir.join(format!("files/.meta/{name}.json")),
@@ -1167,7 +1169,12 @@ fn age_resumables(files: &Path, secs: i64) {
 
 fn resumable(store: &Store, name: &str, length: u64) -> ResumableId {
     store
-        .create_resumable(&Name::parse(name.as_bytes()).unwrap(), length, None)
+        .create_resumable(
+            &Name::parse(name.as_bytes()).unwrap(),
+            length,
+            None,
+            Life::default(),
+        )
         .unwrap()
         .0
 }
@@ -1269,7 +1276,7 @@ fn the_count_of_unfinished_uploads_is_capped() {
         names_in(&files.join(".tmp/reprises")),
         resumable_entries(&files),
     );
-    let refused = store.create_resumable(&Name::parse(b"x").unwrap(), 0, None);
+    let refused = store.create_resumable(&Name::parse(b"x").unwrap(), 0, None, Life::default());
     assert!(
         matches!(refused, Err(StoreError::TooManyResumables { max: 3 })),
         "{refused:?}"
@@ -1292,7 +1299,7 @@ fn the_count_of_unfinished_uploads_is_capped() {
     resumable(&store, "r4", 0);
     assert!(
         store
-            .create_resumable(&Name::parse(b"y").unwrap(), 0, None)
+            .create_resumable(&Name::parse(b"y").unwrap(), 0, None, Life::default())
             .is_err()
     );
     // A count that drifted above the truth (a crash) does not refuse for long: a refusal rests
@@ -1300,7 +1307,7 @@ fn the_count_of_unfinished_uploads_is_capped() {
     std::fs::remove_file(files.join(format!(".tmp/reprises/{}.part", ids[2].hex()))).unwrap();
     assert!(
         store
-            .create_resumable(&Name::parse(b"z").unwrap(), 0, None)
+            .create_resumable(&Name::parse(b"z").unwrap(), 0, None, Life::default())
             .is_err()
     );
     age_totals_check(&files, total::REFUSAL_CHECK_SECS);
@@ -1319,7 +1326,12 @@ fn a_finished_resumable_upload_is_published_like_a_one_shot_upload() {
     let data = b"0123456789";
     let digest: [u8; 32] = sha2::Sha256::digest(data).into();
     let (id, _) = store
-        .create_resumable(&Name::parse(b"r.bin").unwrap(), 10, Some(digest))
+        .create_resumable(
+            &Name::parse(b"r.bin").unwrap(),
+            10,
+            Some(digest),
+            Life::default(),
+        )
         .unwrap();
     assert_eq!(store.totals_unlocked().bytes.now, Some(10));
     let mut w = store.resumable_writer(&id).unwrap();
@@ -1357,7 +1369,12 @@ fn a_finished_resumable_upload_is_published_like_a_one_shot_upload() {
     assert_eq!(state.state.publie.unwrap().fiche, p.sidecar);
     // Other bytes than the stated ones: nothing published, nothing kept, nothing reserved.
     let (id, _) = store
-        .create_resumable(&Name::parse(b"s.bin").unwrap(), 10, Some(digest))
+        .create_resumable(
+            &Name::parse(b"s.bin").unwrap(),
+            10,
+            Some(digest),
+            Life::default(),
+        )
         .unwrap();
     let mut w = store.resumable_writer(&id).unwrap();
     w.write(b"9876543210").unwrap();
@@ -1451,4 +1468,130 @@ fn the_walk_files_unfinished_uploads_the_index_does_not_know() {
     );
     assert!(reprises.join(format!("{}.part", id.hex())).exists());
     assert_eq!(store.totals_unlocked().resumables.now, Some(1));
+}
+
+fn put_with(store: &Store, name: &str, data: &[u8], life: Life) -> Published {
+    let mut up = store.begin_upload().unwrap();
+    up.write(data).unwrap();
+    up.set_life(life);
+    up.publish(store, &Name::parse(name.as_bytes()).unwrap())
+        .unwrap()
+}
+
+fn taken(t: Take) -> Ticket {
+    match t {
+        Take::Taken(t) => t,
+        Take::Uncounted => panic!("uncounted"),
+        Take::AllTaken => panic!("all taken"),
+        Take::Spent => panic!("spent"),
+    }
+}
+
+#[test]
+fn a_counted_file_is_served_exactly_its_count() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "");
+    let life = Life {
+        max_age_secs: None,
+        max_downloads: Some(2),
+    };
+    let p = put_with(&store, "deux.bin", b"abc", life);
+    assert_eq!(p.sidecar.max_downloads, Some(2));
+    let name = Name::parse(b"deux.bin").unwrap();
+    let found = store.lookup(&name).unwrap().unwrap();
+    let v = Version::of(&found.sidecar, found.ino);
+    assert_eq!(store.downloads_left(&found.sidecar, v), Some(2));
+    // Two transfers at once hold the two downloads; a third finds none free.
+    let a = taken(store.take_download(&found.sidecar, v).unwrap());
+    let b = taken(store.take_download(&found.sidecar, v).unwrap());
+    assert!(matches!(
+        store.take_download(&found.sidecar, v).unwrap(),
+        Take::AllTaken
+    ));
+    // One cut (dropped unspent): its download serves again.
+    drop(a);
+    let a = taken(store.take_download(&found.sidecar, v).unwrap());
+    assert!(!a.spend(), "one left");
+    assert_eq!(store.downloads_left(&found.sidecar, v), Some(1));
+    assert!(b.spend(), "the last one");
+    assert!(matches!(
+        store.take_download(&found.sidecar, v).unwrap(),
+        Take::Spent
+    ));
+    assert_eq!(store.downloads_left(&found.sidecar, v), Some(0));
+    // The pair goes, and only this version of it.
+    let other = Version {
+        inode: v.inode + 1,
+        ..v
+    };
+    assert!(!store.remove_version(&name, Some(other)).unwrap());
+    assert!(store.remove_version(&name, Some(v)).unwrap());
+    assert!(store.lookup(&name).unwrap().is_none());
+    assert!(!d.path().join("files/deux.bin").exists());
+    assert!(!d.path().join("files/.meta/deux.bin.json").exists());
+    assert_eq!(
+        names_in(&d.path().join("files/.tmp/telechargements")),
+        Vec::<String>::new()
+    );
+    // Removing again: nothing there.
+    assert!(!store.remove_version(&name, None).unwrap());
+    // A file nobody counted is not counted.
+    let p = put(&store, "libre.bin", b"x");
+    let v = Version::of(&p.sidecar, p.sidecar.inode.unwrap());
+    assert!(matches!(
+        store.take_download(&p.sidecar, v).unwrap(),
+        Take::Uncounted
+    ));
+    assert_eq!(store.downloads_left(&p.sidecar, v), None);
+}
+
+#[test]
+fn a_shorter_life_asked_by_the_sender_is_kept() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "");
+    let life = Life {
+        max_age_secs: Some(5),
+        max_downloads: None,
+    };
+    put_with(&store, "court.bin", b"abc", life);
+    let name = Name::parse(b"court.bin").unwrap();
+    assert!(store.lookup(&name).unwrap().is_some());
+    // Its sidecar says it was deposited 6 s ago: past its own 5 s, within the store's hour.
+    let path = d.path().join("files/.meta/court.bin.json");
+    let mut sc: Sidecar = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(sc.max_age_secs, Some(5));
+    sc.depot_timestamp -= 6;
+    std::fs::write(&path, serde_json::to_vec(&sc).unwrap()).unwrap();
+    assert!(store.lookup(&name).unwrap().is_none());
+    assert!(!d.path().join("files/court.bin").exists());
+    // Its index entry was filed at its own deadline, not the store's.
+    let entries = index_entries(&d.path().join("files"));
+    assert!(
+        entries.iter().all(|(second, _)| *second <= now_secs() + 5),
+        "{entries:?}"
+    );
+}
+
+#[test]
+fn the_walk_removes_the_tickets_of_versions_gone() {
+    let d = tempfile::tempdir().unwrap();
+    let (cfg, store) = test_store(d.path(), "");
+    let life = Life {
+        max_age_secs: None,
+        max_downloads: Some(3),
+    };
+    put_with(&store, "v.bin", b"1", life);
+    // A new upload of the name: the first version's tickets stay until its latest deadline.
+    put_with(&store, "v.bin", b"22", life);
+    let tickets = d.path().join("files/.tmp/telechargements");
+    assert_eq!(names_in(&tickets).len(), 2);
+    let old = cfg.expiry.max_age_secs as i64 + 5;
+    let first = names_in(&tickets)[0].clone();
+    let mut parts: Vec<String> = first.split('.').map(String::from).collect();
+    parts[0] = (parts[0].parse::<i64>().unwrap() - old).to_string();
+    std::fs::rename(tickets.join(&first), tickets.join(parts.join("."))).unwrap();
+    store.walked_tickets(parts.join(".").as_bytes(), now_secs());
+    let left = names_in(&tickets);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_ne!(left[0], parts.join("."));
 }

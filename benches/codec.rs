@@ -118,6 +118,7 @@ fn serve(bytes: &[u8], out: &mut Vec<u8>) -> usize {
                 }
             }
             Status::Partial => unreachable!("the whole request is in the buffer"),
+            Status::Held => unreachable!("nothing follows the request"),
         }
     }
     m.answered(0, out);

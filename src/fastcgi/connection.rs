@@ -29,7 +29,11 @@
 //! make room (that backpressure keeps memory bounded whatever the body size), while the handler of
 //! a request without a body runs (its answer is usually framed in place, with the end of the
 //! request: [`Action::Answer`]), and while bytes of an answer wait to be written. Nothing is read
-//! while anything waits to be written: the input held is at most one read past a record.
+//! while anything waits to be written: the input held is at most one read past a record. Behind a
+//! complete request, only its own records (its ABORT) are decoded before its answer: anything
+//! else (the next request, bytes that are no record) waits for it, unread, as the machine says
+//! ([`super::machine::Status::Held`]) — whatever the reads that brought it, the request is
+//! answered the same. A connection closed with input left undecoded drains it first.
 //!
 //! A peer that closes its sending side once its request is complete (`shutdown(SHUT_WR)`) still
 //! gets the answer; one that goes away before (in the PARAMS or the body) gets none, and its
@@ -352,6 +356,9 @@ pub struct Connection<A> {
     next: Option<Action<A>>,
     /// How the connection closes once the output is written.
     closing: Option<Closing>,
+    /// The input begins with what follows the complete request in progress: nothing is read or
+    /// decoded until that request is over.
+    held: bool,
     /// The last action (`Close` or `Gone`) is decided.
     finished: bool,
     /// The peer closed its sending side.
@@ -386,6 +393,7 @@ impl<A> Connection<A> {
             work: None,
             next: None,
             closing: None,
+            held: false,
             finished: false,
             eof: false,
             shutdown: false,
@@ -581,6 +589,10 @@ impl<A> Connection<A> {
             let (input, used) = match self.machine.feed(&self.input, &mut self.out.tail) {
                 Ok(Status::Complete(input, used)) => (input, used),
                 Ok(Status::Partial) => break,
+                Ok(Status::Held) => {
+                    self.held = true;
+                    break;
+                }
                 Err(e) => return Some(self.close(Closing::AfterDraining, Some(e.into()))),
             };
             if let Some(action) = self.on_input(now, input, used) {
@@ -597,7 +609,14 @@ impl<A> Connection<A> {
             }
             if self.work.is_none() {
                 if self.machine.is_closed() {
-                    return Some(self.close(Closing::Now, None));
+                    // What the peer sent after the end is read and dropped first: closing on it
+                    // would reset the connection.
+                    let closing = if self.input.is_empty() {
+                        Closing::Now
+                    } else {
+                        Closing::AfterDraining
+                    };
+                    return Some(self.close(closing, None));
                 }
                 if self.machine.is_idle() && self.eof {
                     // A kept connection whose peer closed its side: no next request can come.
@@ -629,6 +648,7 @@ impl<A> Connection<A> {
             && !self.eof
             && self.next.is_none()
             && self.closing.is_none()
+            && !self.held
             && self.out.is_empty()
             && !self.machine.is_closed()
             && !self.body_blocked()
@@ -684,6 +704,7 @@ impl<A> Connection<A> {
         !self.finished
             && self.next.is_none()
             && self.closing.is_none()
+            && !self.held
             && self.out.answer == 0
             && !self.machine.is_closed()
             && !self.body_blocked()
@@ -758,6 +779,7 @@ impl<A> Connection<A> {
 
     /// A request ended (answered or aborted): the connection waits for the next one.
     fn request_over(&mut self, now: Instant) {
+        self.held = false;
         self.served = true;
         self.idle_since = now;
         self.receiving = None;

@@ -34,6 +34,16 @@
 //! after its end, DATA, unknown types) are ignored. A BEGIN_REQUEST for the id in progress, PARAMS
 //! after their end, STDIN before the end of PARAMS and undecodable records are protocol errors.
 //!
+//! Except in Answering: the request is complete, and only its own records are taken before it is
+//! answered (its ABORT_REQUEST; a late STDIN, DATA or unknown type, ignored). Whatever else
+//! follows it — the next request of a kept connection, a management record, another id's record,
+//! bytes that are no record — is [`Status::Held`]: left where it is, and decoded (or refused)
+//! once the request is answered, as if it had come after the END_REQUEST. Otherwise the
+//! outcome would hang on timing: a request without a body whose empty STDIN came in the same read
+//! as its PARAMS is answered before anything behind it is looked at, while the same bytes split
+//! elsewhere were decoded as the handler ran (the next request refused with CANT_MPX_CONN, bytes
+//! that are no record closing the connection with no answer at all).
+//!
 //! The records of an answer are framed here too, for every path that writes one: STDOUT records
 //! built in place ([`begin_stdout`], [`seal_stdout`]) and the end ([`Machine::answered`]).
 
@@ -106,6 +116,10 @@ pub enum Status<T> {
     Complete(T, usize),
     /// The buffer does not hold a whole record yet.
     Partial,
+    /// The request in progress is complete and the buffer begins with something else than one
+    /// of its own records: nothing is decoded until it is answered (see the module
+    /// documentation).
+    Held,
 }
 
 /// Why the machine stopped the connection: the peer does not speak FastCGI 1.0, or breaks its
@@ -193,7 +207,21 @@ impl Machine {
 
     /// Decodes the record at the front of `buf`; answers and refusals are appended to `out`.
     pub fn feed(&mut self, buf: &[u8], out: &mut Vec<u8>) -> Result<Status<Input>, ProtocolError> {
-        let Some((rec, used)) = record::parse_record(buf)? else {
+        let parsed = record::parse_record(buf);
+        if let State::Answering { req } = &self.state {
+            let taken = match &parsed {
+                Ok(None) => true,
+                Ok(Some((rec, _))) => {
+                    rec.request_id == req.id
+                        && !matches!(rec.record_type, record::BEGIN_REQUEST | record::PARAMS)
+                }
+                Err(_) => false,
+            };
+            if !taken {
+                return Ok(Status::Held);
+            }
+        }
+        let Some((rec, used)) = parsed? else {
             return Ok(Status::Partial);
         };
         let input = self.on_record(rec, &buf[used..], out)?;
@@ -667,6 +695,63 @@ mod tests {
             m.feed(&rec(record::BEGIN_REQUEST, 1, &[0, 1, 0]), &mut out)
                 .is_err()
         );
+    }
+
+    /// Behind a complete request, only its own records are decoded before its answer: the next
+    /// request, a management record, another id's BEGIN_REQUEST or bytes that are no record are
+    /// held, then taken (or refused) as if they came after the END_REQUEST.
+    #[test]
+    fn what_follows_a_complete_request_waits_for_its_answer() {
+        let mut gv = Vec::new();
+        record::encode_name_value(b"FCGI_MPXS_CONNS", b"", &mut gv);
+        let behind: [(&str, Vec<u8>); 5] = [
+            ("next request", begin(1, record::ROLE_RESPONDER, 0)),
+            ("another id", begin(2, record::ROLE_RESPONDER, 0)),
+            ("management", rec(record::GET_VALUES, 0, &gv)),
+            ("not a record", b"GET / HTTP/1.0\r\n\r\n".to_vec()),
+            ("more PARAMS", rec(record::PARAMS, 1, b"")),
+        ];
+        for (what, bytes) in behind {
+            let mut m = Machine::new(V);
+            let mut wire = begin(1, record::ROLE_RESPONDER, record::FLAG_KEEP_CONN);
+            wire.extend(params(1, &[]));
+            wire.extend(rec(record::STDIN, 1, b""));
+            let (seen, _) = run(&mut m, &wire);
+            assert_eq!(seen.last().unwrap(), "start Responder Empty 0", "{what}");
+            let mut out = Vec::new();
+            assert!(
+                matches!(m.feed(&bytes, &mut out), Ok(Status::Held)),
+                "{what}"
+            );
+            assert!(out.is_empty(), "{what}");
+            m.answered(0, &mut out);
+            assert!(m.is_idle(), "{what}");
+            let after = m.feed(&bytes, &mut Vec::new());
+            match what {
+                "next request" => assert!(matches!(after, Ok(Status::Complete(Input::Ignored, _)))),
+                "another id" => assert!(matches!(after, Ok(Status::Complete(Input::Ignored, _)))),
+                "management" => assert!(matches!(after, Ok(Status::Complete(Input::Reply, _)))),
+                "not a record" => assert!(after.is_err()),
+                // A late record of the finished request.
+                _ => assert!(matches!(after, Ok(Status::Complete(Input::Ignored, _)))),
+            }
+        }
+        // The request's own records are taken at once: a late STDIN is ignored, an abort ends
+        // it; a partial record is only partial.
+        let mut m = Machine::new(V);
+        let mut wire = begin(1, record::ROLE_RESPONDER, 0);
+        wire.extend(params(1, &[]));
+        wire.extend(rec(record::STDIN, 1, b""));
+        run(&mut m, &wire);
+        let abort = rec(record::ABORT_REQUEST, 1, b"");
+        assert!(matches!(
+            m.feed(&abort[..5], &mut Vec::new()),
+            Ok(Status::Partial)
+        ));
+        let mut late = rec(record::STDIN, 1, b"late");
+        late.extend(&abort);
+        let (seen, _) = run(&mut m, &late);
+        assert_eq!(seen, ["Ignored", "Abort"]);
     }
 
     #[test]

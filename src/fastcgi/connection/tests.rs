@@ -553,6 +553,101 @@ fn a_protocol_error_closes_after_draining() {
     assert!(p.c.is_finished());
 }
 
+/// Bytes that are no record, right behind a complete request, do not cost it its answer,
+/// however the reads were split: whether the handler answered before them or not, nothing more
+/// is read or decoded until the request is answered, then the connection ends (draining what is
+/// left unread). Without `FCGI_KEEP_CONN` that is a normal end, as when the request and the
+/// bytes came in one read (answered in place, the bytes never decoded); with it, the bytes are
+/// where the next request should be: a protocol error. They used to close the connection
+/// unanswered when a read brought them while the handler ran (the request started as one with a
+/// body: its empty STDIN was not in the read that ended its PARAMS).
+#[test]
+fn bytes_that_are_no_record_behind_a_complete_request_wait_for_its_answer() {
+    let garbage = b"GET / HTTP/1.0\r\n\r\n";
+    for keep_conn in [false, true] {
+        for answered_early in [false, true] {
+            let case = format!("keep_conn={keep_conn} answered_early={answered_early}");
+            let mut p = Peer::new();
+            let mut wire = begin(keep_conn);
+            wire.extend(params());
+            assert_eq!(p.send(0, &wire), ["start Streams"], "{case}");
+            if answered_early {
+                p.c.on_handler_done("ok");
+                assert!(p.run(1).is_empty(), "{case}");
+            }
+            let mut wire = stdin(0);
+            wire.extend_from_slice(garbage);
+            let seen = p.send(2, &wire);
+            if answered_early {
+                assert_eq!(seen, ["answer ok in_place=false"], "{case}");
+            } else {
+                assert_eq!(seen, ["body end"], "{case}");
+                assert!(!p.c.wants_read(), "{case}: read on while the handler runs");
+                assert!(p.run(3).is_empty(), "{case}");
+                p.c.on_handler_done("ok");
+                assert_eq!(p.run(3), ["answer ok in_place=false"], "{case}");
+            }
+            assert!(p.run(4).is_empty(), "{case}: closed before the answer");
+            assert!(!p.c.wants_read(), "{case}");
+            p.c.on_stdout(Bytes::from(rec(
+                record::STDOUT,
+                1,
+                b"Status: 200 OK\r\n\r\n",
+            )));
+            p.drain_output(4);
+            assert!(p.run(4).is_empty(), "{case}");
+            p.c.on_writer_done(p.at(5), 0);
+            assert!(p.run(5).is_empty(), "{case}");
+            assert_eq!(
+                records(&p.drain_output(5)),
+                [(record::STDOUT, 0), (record::END_REQUEST, 8)],
+                "{case}"
+            );
+            let end = p.run(5);
+            if keep_conn {
+                assert_eq!(end.len(), 1, "{case}");
+                assert!(
+                    end[0].starts_with("close drain=true erreur de protocole FastCGI"),
+                    "{case}: {end:?}"
+                );
+            } else {
+                assert_eq!(end, [close(true)], "{case}");
+            }
+            assert!(p.c.is_finished(), "{case}");
+        }
+    }
+}
+
+/// The next request of a kept connection, sent before the END_REQUEST of the one in progress
+/// (complete, its handler running), is served once that one is answered, as when both came in
+/// one read; it used to be refused (CANT_MPX_CONN) when a read brought it while the handler ran.
+#[test]
+fn a_request_sent_behind_a_complete_one_is_served_after_it() {
+    let mut p = Peer::new();
+    let mut wire = begin(true);
+    wire.extend(params());
+    assert_eq!(p.send(0, &wire), ["start Streams"]);
+    let mut wire = stdin(0);
+    wire.extend(bodiless(false));
+    assert_eq!(p.send(1, &wire), ["body end"]);
+    assert!(!p.c.wants_read());
+    assert!(!p.c.has_output(), "the next request refused");
+    p.c.on_handler_done("first");
+    assert_eq!(p.run(2), ["answer first in_place=false"]);
+    p.c.on_writer_done(p.at(3), 0);
+    assert!(
+        p.run(3).is_empty(),
+        "decoded before the end of the request is written"
+    );
+    assert_eq!(
+        records(&p.drain_output(3)),
+        [(record::STDOUT, 0), (record::END_REQUEST, 8)]
+    );
+    assert_eq!(p.run(3), ["start Empty"]);
+    p.c.on_handler_done("second");
+    assert_eq!(p.run(4), ["answer second in_place=true"]);
+}
+
 #[test]
 fn a_request_without_a_body_is_answered_in_place_then_the_connection_closes() {
     let mut p = Peer::new();
@@ -583,7 +678,19 @@ fn a_request_without_a_body_is_answered_in_place_then_the_connection_closes() {
         "one write"
     );
     p.drain_output(2);
-    assert_eq!(p.run(2), [close(false)]);
+    // The GET_VALUES behind it was never decoded: drained before closing, lest a close on unread
+    // bytes reset the connection.
+    assert_eq!(p.run(2), [close(true)]);
+    // Nothing behind it: closed at once.
+    let mut p = Peer::new();
+    assert_eq!(p.send(0, &bodiless(false)), ["start Empty"]);
+    p.c.on_handler_done("ok");
+    let Some(Action::Answer { in_place: true, .. }) = p.c.poll_action(p.at(1)) else {
+        panic!("no answer to frame")
+    };
+    p.c.answer_in_place(p.at(1), None, |_| 0);
+    p.drain_output(1);
+    assert_eq!(p.run(1), [close(false)]);
 }
 
 #[test]

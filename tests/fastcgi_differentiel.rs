@@ -1,6 +1,8 @@
 //! The FastCGI state machine is the same whatever the path a connection takes: recorded record
 //! sequences (well-formed, odd and hostile) sent to the real binary in one write, one byte per
-//! write, and with a pause before their last record, on the listening socket inherited on fd 0
+//! write, with a pause before their last record, and with a pause after their PARAMS (the
+//! request then starts as one with a body, and the rest comes while its handler runs or once it
+//! has answered), on the listening socket inherited on fd 0
 //! (mod_fcgid: the first read answered in place when it holds a whole request without a body)
 //! and on `--listen unix:` (the connection loop only). Every way gives the same answer: the same
 //! records (STDOUT and STDERR streams joined, END_REQUEST statuses, management answers) and the
@@ -83,7 +85,18 @@ enum Feed {
     Whole,
     BytePerWrite,
     PauseBeforeLast,
+    /// Up to the end of the PARAMS, a pause, then the rest in one write: the server has started
+    /// the request as one with a body, and its handler may have answered, when the rest comes.
+    PauseAfterParams,
 }
+
+/// Every way of writing a sequence.
+const FEEDS: [Feed; 4] = [
+    Feed::Whole,
+    Feed::BytePerWrite,
+    Feed::PauseBeforeLast,
+    Feed::PauseAfterParams,
+];
 
 /// Writes `records` as `feed` says.
 fn send(s: &mut UnixStream, records: &[Vec<u8>], feed: Feed) -> std::io::Result<()> {
@@ -96,6 +109,17 @@ fn send(s: &mut UnixStream, records: &[Vec<u8>], feed: Feed) -> std::io::Result<
             s.write_all(&head.concat()).and_then(|()| {
                 std::thread::sleep(Duration::from_millis(60));
                 s.write_all(&last.concat())
+            })
+        }
+        Feed::PauseAfterParams => {
+            let end_of_params = records
+                .iter()
+                .position(|r| r.len() == 8 && r[1] == fcgi::PARAMS)
+                .map_or(records.len(), |i| i + 1);
+            let (head, rest) = records.split_at(end_of_params);
+            s.write_all(&head.concat()).and_then(|()| {
+                std::thread::sleep(Duration::from_millis(60));
+                s.write_all(&rest.concat())
             })
         }
     }
@@ -481,7 +505,7 @@ fn every_path_through_the_transport_gives_the_same_answer() {
     for (name, records) in sequences() {
         let mut reference: Option<(String, Vec<String>)> = None;
         for (transport, server) in &servers {
-            for feed in [Feed::Whole, Feed::BytePerWrite, Feed::PauseBeforeLast] {
+            for feed in FEEDS {
                 let got = exchange(&server.socket, &records, feed);
                 let way = format!("{transport}, {feed:?}");
                 match &reference {
@@ -577,7 +601,7 @@ fn a_kept_connection_left_open_gets_every_answer_on_every_path() {
     for (name, steps) in kept_conversations() {
         let mut reference: Option<(String, Vec<String>)> = None;
         for (transport, server) in &servers {
-            for feed in [Feed::Whole, Feed::BytePerWrite, Feed::PauseBeforeLast] {
+            for feed in FEEDS {
                 let got = conversation(&server.socket, &steps, feed);
                 let way = format!("{transport}, {feed:?}");
                 match &reference {

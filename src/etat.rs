@@ -305,6 +305,27 @@ fn read_store(
     let kept = view.totals();
     let totals = kept.totals;
     report.lock_busy = kept.lock_busy;
+    let tmp = Path::new(&report.dossier_fichiers).join(".tmp");
+    if let Some(why) = &kept.lock_unreadable {
+        alerts.push(Alert::new(
+            Level::Critical,
+            format!(
+                "verrou du dépôt {} illisible ({why}) : les dépôts et les effacements échouent \
+                 (500) tant qu'il n'est pas retiré",
+                tmp.join("verrou").display()
+            ),
+        ));
+    }
+    if let Some(why) = &kept.totals_unreadable {
+        alerts.push(Alert::new(
+            Level::Critical,
+            format!(
+                "totaux du dépôt {} illisibles ({why}) : les dépôts échouent (500) tant qu'ils \
+                 ne sont pas retirés",
+                tmp.join("index/total").display()
+            ),
+        ));
+    }
     report.files = totals.files.now;
     report.bytes = totals.bytes.now;
     report.used_percent = report

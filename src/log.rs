@@ -351,14 +351,27 @@ impl Log {
         }
         if live.is_none() {
             let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW;
-            let fd = rustix::fs::openat(
+            // Non-blocking: a named pipe put in place of the log (the folder is the web
+            // server's account's) would make the open wait for a reader for ever. It fails
+            // at once instead (ENXIO), or, with a reader, is refused as not a regular file.
+            let not_a_file =
+                || io::Error::other(format!("{LOG_FILE} n'est pas un fichier ordinaire"));
+            let fd = match rustix::fs::openat(
                 self.dir()?,
                 LOG_FILE,
-                flags | OFlags::CLOEXEC,
+                flags | OFlags::NONBLOCK | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o600),
-            )?;
+            ) {
+                Ok(fd) => fd,
+                Err(rustix::io::Errno::NXIO) => return Err(not_a_file()),
+                Err(e) => return Err(e.into()),
+            };
             let file = File::from(fd);
             let m = file.metadata()?;
+            if !m.is_file() {
+                return Err(not_a_file());
+            }
+            rustix::fs::fcntl_setfl(&file, flags)?;
             *live = Some(Live {
                 file,
                 dev: m.dev(),

@@ -706,6 +706,139 @@ fn a_store_lock_held_too_long_is_critical() {
     assert_eq!(v["verrou_occupe"], false);
 }
 
+/// `etat` of `config`, killed if it has not answered within 10 s; how long it took.
+fn etat_within(config: &Path, args: &[&str]) -> (Output, Duration) {
+    let mut cmd = Command::new(common::binary());
+    cmd.arg("--config").arg(config).arg("etat").args(args);
+    let started = std::time::Instant::now();
+    let o = common::output_within(cmd, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("etat {args:?} still waiting after 10 s"));
+    (o, started.elapsed())
+}
+
+/// The alerts of an `etat --json`, as `niveau: message`.
+fn alerts(v: &Value) -> Vec<String> {
+    v["alertes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            format!(
+                "{}: {}",
+                a["niveau"].as_str().unwrap(),
+                a["message"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// A named pipe put by the store's account (the web server's) in place of the kept totals or of
+/// the store lock: `etat`, run by root's monitoring, used to block in `open` for ever, and the
+/// server's own read of the total too. Now neither waits: `etat` answers at once, critical (2),
+/// naming the file as unreadable, in every form; the server answers an upload with 500 (it can
+/// neither keep the totals nor take the lock) and still serves a download; the pipe is left as
+/// it is. Once it is removed, everything works again.
+#[test]
+fn a_named_pipe_in_place_of_the_totals_or_the_lock_is_unreadable_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (config, mut server, socket) = served(root, &[]);
+    upload(&socket, "a.txt", b"abc");
+    server.stop();
+    let tmp = root.join("files/.tmp");
+    for (pipe, says) in [
+        (tmp.join("index/total"), "critique: totaux du dépôt"),
+        (tmp.join("verrou"), "critique: verrou du dépôt"),
+    ] {
+        fs::remove_file(&pipe).unwrap();
+        common::named_pipe(&pipe);
+        for args in [&["--json"][..], &[], &["--json", "--compter"]] {
+            let (o, took) = etat_within(&config, args);
+            assert!(took < Duration::from_secs(5), "{args:?}: {took:?}");
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        }
+        let (o, _) = etat_within(&config, &["--json"]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["bilan"], "critique");
+        let said = alerts(&v);
+        assert!(
+            said.iter().any(|a| a.starts_with(says)
+                && a.contains(&pipe.display().to_string())
+                && a.contains("illisible")
+                && a.contains("tube nommé")),
+            "{said:#?}"
+        );
+        let (o, _) = etat_within(&config, &[]);
+        assert!(
+            text(&o).starts_with("bilan : CRITIQUE (code de sortie 2) — "),
+            "{}",
+            text(&o)
+        );
+
+        // The server waits for no pipe either.
+        let (mut server, socket) = common::listen_unix(&config, root);
+        let started = std::time::Instant::now();
+        let client = || {
+            FcgiClient::unix(&socket)
+                .unwrap()
+                .with_timeout(Duration::from_secs(10))
+                .unwrap()
+        };
+        let (ct, body) = common::multipart_file("b.txt", b"nouveau");
+        let auth = format!("Bearer {TOKEN}");
+        let len = body.len().to_string();
+        let up = client()
+            .request(
+                &[
+                    ("REQUEST_METHOD", "POST"),
+                    ("SCRIPT_NAME", "/upload.php"),
+                    ("REQUEST_URI", "/upload.php"),
+                    ("CONTENT_TYPE", &ct),
+                    ("CONTENT_LENGTH", &len),
+                    ("HTTP_AUTHORIZATION", &auth),
+                ],
+                &body,
+            )
+            .unwrap_or_else(|e| panic!("upload with {}: {e}", pipe.display()));
+        let query = format!("fichier=a.txt&token={TOKEN}");
+        let down = client()
+            .request(
+                &[
+                    ("REQUEST_METHOD", "GET"),
+                    ("SCRIPT_NAME", "/download.php"),
+                    ("REQUEST_URI", "/download.php"),
+                    ("QUERY_STRING", &query),
+                ],
+                b"",
+            )
+            .unwrap_or_else(|e| panic!("download with {}: {e}", pipe.display()));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!((up.status, down.status), (500, 200), "{}", up.text());
+        assert_eq!(down.body, b"abc");
+        server.stop();
+        assert!(common::is_named_pipe(&pipe), "{}", pipe.display());
+        fs::remove_file(&pipe).unwrap();
+    }
+    // Each refused upload has its line, which says why.
+    let log = fs::read_to_string(root.join("log/depot-fichiers.log")).unwrap();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("POST /upload.php — erreur interne"))
+        .collect();
+    assert_eq!(refused.len(), 2, "{log}");
+    assert!(
+        refused
+            .iter()
+            .all(|l| l.contains("pas un fichier ordinaire (un tube nommé"))
+    );
+    let (code, v) = etat_json(&config, &[]);
+    assert!(code < 2, "{v:#}");
+}
+
 #[test]
 fn an_unreadable_configuration_is_an_unknown_state() {
     let dir = tempfile::tempdir().unwrap();

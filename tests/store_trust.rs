@@ -307,3 +307,94 @@ fn a_file_owned_by_another_user_is_still_served() {
     assert_eq!(r.status, 200, "{}", s.logs());
     assert_eq!(r.body, b"appartient a root");
 }
+
+/// The store's account (the web server's) can put a named pipe where one of the store's own
+/// files should be: the kept totals, the lock, the sweep marker, a sidecar, the log. Opening a
+/// pipe waits for its other end for ever, so a request through mod_fcgid hung in the server's
+/// read of the total, and `etat` (root's monitoring) in its open of the lock or of the total.
+/// Now nothing waits: each pipe is refused as not a regular file, at once. Through Apache and
+/// mod_fcgid, with a full sweep on every request (`balayage_intervalle_min_ms = 0`), an upload
+/// and a download answer within 10 s whatever the pipe: the upload fails (500) without the
+/// totals or the lock, the file is not served without its sidecar (404), the rest is served
+/// (the log's lines go to Apache's error log); `etat`, run as the store's owner, answers within
+/// 10 s too, critical (2) for the totals and the lock. Every pipe is left as it was; once it is
+/// gone the store works again.
+#[test]
+fn named_pipes_in_place_of_the_stores_files_hold_up_nothing() {
+    let a = Apache::with(Mode::Fcgid, &[("balayage_intervalle_min_ms", "0")]);
+    let s = &a.state;
+    let (_d, p) = local_file("a.txt", b"abc");
+    assert_eq!(upload(s, &p).status, 200, "{}", s.logs());
+    let tmp = s.files().join(".tmp");
+    let bound = std::time::Duration::from_secs(10);
+    for (pipe, want, etat_code) in [
+        (tmp.join("index/total"), (500, 200), Some(2)),
+        (tmp.join("verrou"), (500, 200), Some(2)),
+        (tmp.join("balayage"), (200, 200), None),
+        (s.sidecar("a.txt"), (200, 404), None),
+        (s.log_file(), (200, 200), None),
+    ] {
+        let kept = std::env::temp_dir().join(format!("depot-garde-{}", std::process::id()));
+        fs::rename(&pipe, &kept).unwrap();
+        common::named_pipe(&pipe);
+        give_to_store_owner(s, &pipe);
+        let started = std::time::Instant::now();
+        let (_d, p) = local_file("b.txt", b"nouveau");
+        let max_time = bound.as_secs().to_string();
+        let auth = format!("Authorization: Bearer {}", s.token);
+        let form = format!("fichier=@\"{}\"", p.display());
+        let up = curl(&[
+            "--max-time",
+            &max_time,
+            "-H",
+            &auth,
+            "-F",
+            &form,
+            &format!("{}/upload.php", s.url),
+        ]);
+        let down = curl(&["--max-time", &max_time, &download_url(s, "a.txt")]);
+        assert!(
+            started.elapsed() < bound,
+            "{}: {:?}",
+            pipe.display(),
+            started.elapsed()
+        );
+        assert_eq!(
+            (up.status, down.status),
+            want,
+            "{}: {}\n{}",
+            pipe.display(),
+            up.text(),
+            s.logs()
+        );
+        let mut etat = as_run_user(s, &s.bin().display().to_string());
+        etat.arg("--config")
+            .arg(s.config())
+            .args(["etat", "--json"]);
+        let o = common::output_within(etat, bound)
+            .unwrap_or_else(|| panic!("{}: etat still waiting after {bound:?}", pipe.display()));
+        if let Some(code) = etat_code {
+            assert_eq!(
+                o.status.code(),
+                Some(code),
+                "{}: {}",
+                pipe.display(),
+                text(&o)
+            );
+            assert!(text(&o).contains("illisible"), "{}", text(&o));
+        }
+        assert!(common::is_named_pipe(&pipe), "{}", pipe.display());
+        fs::remove_file(&pipe).unwrap();
+        fs::rename(&kept, &pipe).unwrap();
+        // The upload refused meanwhile, sent again, passes: the store works again.
+        let (_d, p) = local_file("b.txt", b"nouveau");
+        assert_eq!(
+            upload(s, &p).status,
+            200,
+            "{}: {}",
+            pipe.display(),
+            s.logs()
+        );
+        assert_eq!(curl(&[&download_url(s, "a.txt")]).status, 200);
+    }
+}

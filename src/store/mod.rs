@@ -420,10 +420,48 @@ pub(crate) fn pause_point(_point: &str) {}
 
 /// Opens `name` inside the folder `dir` with `flags`, never through a symbolic link (ELOOP);
 /// a file it creates gets mode 0600.
+///
+/// Anything but a folder (`O_DIRECTORY`) must be a regular file, and never makes the open wait:
+/// the store belongs to the web server's account, which can put a named pipe where a sidecar,
+/// a total, the lock or a marker should be, and opening a pipe waits for its other end for
+/// ever (the server's request, or `etat` run by root's monitoring, would hang). So the file is
+/// opened with `O_NONBLOCK` (a pipe opens at once, or fails with ENXIO when opened for writing
+/// with no reader, as a socket does), its type checked with `fstat` (anything but a regular
+/// file is refused: [`not_a_regular_file`]), and the flag taken off again (it means nothing to a
+/// regular file on Linux, but a FUSE filesystem sees the flags it was opened with).
 fn open_at(dir: &OwnedFd, name: impl rustix::path::Arg, flags: OFlags) -> io::Result<File> {
     let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?;
+    let mode = Mode::from_raw_mode(0o600);
+    if flags.contains(OFlags::DIRECTORY) {
+        // The kernel refuses anything but a folder (ENOTDIR) before it could wait.
+        return Ok(File::from(rustix::fs::openat(dir, name, flags, mode)?));
+    }
+    let fd = match rustix::fs::openat(dir, name, flags | OFlags::NONBLOCK, mode) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NXIO) => return Err(not_a_regular_file(None)),
+        Err(e) => return Err(e.into()),
+    };
+    let kind = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
+    if kind != rustix::fs::FileType::RegularFile {
+        return Err(not_a_regular_file(Some(kind)));
+    }
+    rustix::fs::fcntl_setfl(&fd, flags)?;
     Ok(File::from(fd))
+}
+
+/// What [`open_at`] says of something that is not a regular file (`kind`, when it could be
+/// opened to be looked at): it is unreadable, as a file the store cannot open.
+fn not_a_regular_file(kind: Option<rustix::fs::FileType>) -> io::Error {
+    use rustix::fs::FileType;
+    let what = match kind {
+        Some(FileType::Fifo) => "un tube nommé",
+        Some(FileType::Socket) => "une socket",
+        Some(FileType::CharacterDevice | FileType::BlockDevice) => "un périphérique",
+        Some(FileType::Directory) => "un dossier",
+        Some(_) => "d'un type inconnu",
+        None => "un tube nommé sans lecteur ou une socket",
+    };
+    io::Error::other(format!("pas un fichier ordinaire ({what}), non ouvert"))
 }
 
 /// What the sweep and the capacity check read of an entry of the store, without opening it.

@@ -52,7 +52,7 @@ use super::{META, Store, StoreError, TMP, now_secs, open_at, stat_entry};
 use crate::names::Name;
 
 /// The totals' file, in the index folder.
-const TOTAL: &str = "total";
+pub(super) const TOTAL: &str = "total";
 /// The check in progress, in the index folder.
 const CHECK: &str = "total.controle";
 /// Where a new state of the check is written before it is renamed over [`CHECK`].

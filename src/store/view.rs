@@ -18,7 +18,7 @@ use rustix::fs::{AtFlags, OFlags};
 use super::index::StepBudget;
 use super::index::{INDEX, Walk, bucket_second, open_bucket, read_walk};
 use super::lock::{Waiting, shared_on};
-use super::total::{Totals, add_up, check_progress, read_totals};
+use super::total::{TOTAL, Totals, add_up, check_progress, read_totals};
 use super::{LOCK_FILE, SWEEP_MARKER, TMP, list_names, open_at};
 use crate::folders::open_existing as open_dir;
 
@@ -30,13 +30,19 @@ pub struct StoreView {
 }
 
 /// The kept totals, as [`StoreView::totals`] read them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct KeptTotals {
-    /// What `.tmp/index/total` says (all unknown when it is not there).
+    /// What `.tmp/index/total` says (all unknown when it is not there, or unreadable).
     pub totals: Totals,
     /// The store lock stayed held longer than [`super::lock_wait`]: the totals were read
     /// without it (the requests that need it meanwhile answer 503).
     pub lock_busy: bool,
+    /// `.tmp/verrou` is there but cannot be opened (a named pipe, a symbolic link…): why. The
+    /// requests that need the lock fail (500) until it is replaced.
+    pub lock_unreadable: Option<String>,
+    /// `.tmp/index/total` is there but cannot be opened: why. Uploads fail (500) until it is
+    /// replaced.
+    pub totals_unreadable: Option<String>,
 }
 
 /// Files and bytes at the root of the store.
@@ -104,12 +110,25 @@ impl StoreView {
     }
 
     /// The kept totals, read under the store lock held shared when its file exists (waited for
-    /// as a request waits), without it otherwise.
+    /// as a request waits), without it otherwise. Neither file is waited for if it is not a
+    /// regular file (see `open_at`): it is said to be unreadable.
     pub fn totals(&self) -> KeptTotals {
-        let lock_file = self
+        let (lock_file, lock_unreadable) = match self
             .tmp
             .as_ref()
-            .and_then(|t| open_at(t, LOCK_FILE, OFlags::RDONLY).ok());
+            .map(|t| open_at(t, LOCK_FILE, OFlags::RDONLY))
+        {
+            Some(Ok(f)) => (Some(f), None),
+            Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => (None, Some(e.to_string())),
+            _ => (None, None),
+        };
+        let totals_unreadable =
+            self.index
+                .as_ref()
+                .and_then(|i| match open_at(i, TOTAL, OFlags::RDONLY) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Some(e.to_string()),
+                    _ => None,
+                });
         let mut lock_busy = false;
         let _guard = lock_file.and_then(|f| {
             let waiting = if crate::network_fs::is_remote_fd(&f) {
@@ -128,6 +147,8 @@ impl StoreView {
         KeptTotals {
             totals: self.totals_unlocked(),
             lock_busy,
+            lock_unreadable,
+            totals_unreadable,
         }
     }
 

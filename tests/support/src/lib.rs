@@ -719,3 +719,46 @@ pub fn set_age(path: &Path, secs: u64) -> SystemTime {
         .unwrap();
     when
 }
+
+/// Puts a named pipe at `path` (mode 0600): what the store's account (the web server's) could
+/// put in place of one of the store's files. Opening it to read waits for a writer for ever.
+pub fn named_pipe(path: &Path) {
+    use rustix::fs::{CWD, FileType, Mode, mknodat};
+    mknodat(CWD, path, FileType::Fifo, Mode::from_raw_mode(0o600), 0)
+        .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+}
+
+/// Whether `path` is a named pipe (not followed).
+pub fn is_named_pipe(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+}
+
+/// Runs `cmd` (its output into files, so that nothing it writes can block it) and returns what
+/// it wrote and its status, or `None` when it did not end within `within`: it is then killed.
+pub fn output_within(mut cmd: Command, within: Duration) -> Option<std::process::Output> {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&out).unwrap())
+        .stderr(fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(std::process::Output {
+                status,
+                stdout: fs::read(&out).unwrap(),
+                stderr: fs::read(&err).unwrap(),
+            });
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

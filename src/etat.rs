@@ -253,7 +253,21 @@ pub fn gather(cfg: &Config, count: bool) -> Report {
     let now = now_secs();
     let mut alerts = Vec::new();
     let (lines, _) = folders::report(&cfg.paths.files, &cfg.paths.log);
-    alerts.extend(lines.iter().map(|l| folder_alert(l)));
+    let lost = lost_store(&cfg.paths.files, &cfg.paths.log);
+    // A lost store is not "not created yet": its folders' notes give way to the alert.
+    let missing = |l: &String| {
+        lost.as_ref()
+            .is_some_and(|(folders, _)| folders.iter().any(|f| l.contains(&missing_note(f))))
+    };
+    alerts.extend(
+        lines
+            .iter()
+            .filter(|l| !missing(l))
+            .map(|l| folder_alert(l)),
+    );
+    if let Some((folders, evidence)) = &lost {
+        alerts.push(lost_alert(folders, evidence));
+    }
     let capacity = (cfg.limits.max_total_bytes > 0).then_some(cfg.limits.max_total_bytes);
     let mut report = Report {
         version: env!("CARGO_PKG_VERSION"),
@@ -292,6 +306,65 @@ pub fn gather(cfg: &Config, count: bool) -> Report {
     report.code = report.verdict.code();
     report.alerts = alerts;
     report
+}
+
+/// The store's folders that are missing (`dossier_fichiers`, else its `.meta` and `.tmp`) when
+/// something shows that the store has served — the program's log (live or rotated), or the kept
+/// totals — with what shows it: a store lost (removed, moved, its filesystem not mounted), not
+/// one that was never created. `None` when nothing is missing, or the store never served.
+fn lost_store(root: &Path, log_dir: &Path) -> Option<(Vec<std::path::PathBuf>, String)> {
+    let missing = |p: &Path| matches!(folders::inspect(p), folders::Finding::Missing);
+    let folders: Vec<std::path::PathBuf> = if missing(root) {
+        vec![root.to_path_buf()]
+    } else {
+        [".meta", ".tmp"]
+            .iter()
+            .map(|f| root.join(f))
+            .filter(|p| missing(p))
+            .collect()
+    };
+    if folders.is_empty() {
+        return None;
+    }
+    let present = |p: &Path| rustix::fs::lstat(p).is_ok();
+    let log = [LOG_FILE.to_string(), format!("{LOG_FILE}.1")]
+        .into_iter()
+        .map(|name| log_dir.join(name))
+        .find(|p| present(p));
+    let evidence = match log {
+        Some(log) => format!("le journal du programme {} existe", log.display()),
+        None if present(&root.join(".tmp/index/total")) => {
+            format!(
+                "ses totaux tenus ({}) existent",
+                root.join(".tmp/index/total").display()
+            )
+        }
+        None => return None,
+    };
+    Some((folders, evidence))
+}
+
+/// The note of [`folders::report`] on the folder `path` when it does not exist.
+fn missing_note(path: &Path) -> String {
+    format!(" {} n'existe pas encore", path.display())
+}
+
+/// The alert of a lost store ([`lost_store`]): critical, requests cannot be served from it.
+fn lost_alert(folders: &[std::path::PathBuf], evidence: &str) -> Alert {
+    let shown: Vec<String> = folders.iter().map(|f| f.display().to_string()).collect();
+    let (subject, verb) = if shown.len() == 1 {
+        (shown[0].clone(), "n'existe pas")
+    } else {
+        (shown.join(" et "), "n'existent pas")
+    };
+    Alert::new(
+        Level::Critical,
+        format!(
+            "dépôt perdu : {subject} {verb} alors que {evidence} : le dépôt a servi, puis a été \
+             supprimé ou déplacé, ou son système de fichiers n'est pas monté (les requêtes \
+             repartiraient d'un dépôt vide)"
+        ),
+    )
 }
 
 /// What the store's files say, into `report`.

@@ -445,6 +445,10 @@ fn the_last_errors_of_the_log_are_reported() {
     let root = dir.path();
     let config = root.join("config.toml");
     TestConfig::new(root).write(&config);
+    // The store the log speaks of (a log without its store is a lost store).
+    for folder in [".meta", ".tmp"] {
+        fs::create_dir_all(root.join("files").join(folder)).unwrap();
+    }
     let log_dir = root.join("log");
     fs::create_dir(&log_dir).unwrap();
     let live = log_dir.join("depot-fichiers.log");
@@ -837,6 +841,87 @@ fn a_named_pipe_in_place_of_the_totals_or_the_lock_is_unreadable_not_a_hang() {
     );
     let (code, v) = etat_json(&config, &[]);
     assert!(code < 2, "{v:#}");
+}
+
+/// A store that served and was then lost — removed with its journal left, or a mount point
+/// found empty (its filesystem not mounted), or its `.meta` gone beside a kept total — is
+/// critical (2): it used to read `bilan ok`, « n'existe pas encore », and Nagios showed OK. Only
+/// a store that never served (no journal, no kept total) is "not created yet" (0, a note).
+#[test]
+fn a_store_that_served_then_vanished_is_critical() {
+    let lost = |root: &Path, config: &Path, gone: &[PathBuf], evidence: &str| {
+        let (o, _) = etat_within(config, &["--json"]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["bilan"], "critique");
+        let said = alerts(&v);
+        let shown: Vec<String> = gone.iter().map(|p| p.display().to_string()).collect();
+        assert!(
+            said.iter()
+                .any(|a| a.starts_with("critique: dépôt perdu : ")
+                    && shown.iter().all(|p| a.contains(p.as_str()))
+                    && a.contains(evidence)),
+            "{said:#?}"
+        );
+        assert!(!said.iter().any(|a| a.contains("pas encore")), "{said:#?}");
+        let (o, _) = etat_within(config, &[]);
+        assert!(
+            text(&o).starts_with("bilan : CRITIQUE (code de sortie 2) — dépôt perdu : "),
+            "{}",
+            text(&o)
+        );
+        let _ = root;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (config, mut server, socket) = served(root, &[]);
+    upload(&socket, "a.txt", b"abc");
+    server.stop();
+    let files = root.join("files");
+    let log = root.join("log/depot-fichiers.log");
+    assert!(log.exists());
+
+    // Its `.meta` gone, its kept totals there (and no journal).
+    fs::rename(&log, root.join("journal-de-cote")).unwrap();
+    fs::rename(files.join(".meta"), root.join("meta-de-cote")).unwrap();
+    lost(root, &config, &[files.join(".meta")], "ses totaux tenus");
+    fs::rename(root.join("meta-de-cote"), files.join(".meta")).unwrap();
+    fs::rename(root.join("journal-de-cote"), &log).unwrap();
+    let (code, v) = etat_json(&config, &[]);
+    assert_eq!(code, 0, "{v:#}");
+
+    // Emptied, as a mount point whose filesystem is not mounted.
+    fs::rename(&files, root.join("monte")).unwrap();
+    fs::create_dir(&files).unwrap();
+    fs::set_permissions(&files, fs::Permissions::from_mode(0o700)).unwrap();
+    lost(
+        root,
+        &config,
+        &[files.join(".meta"), files.join(".tmp")],
+        "le journal du programme",
+    );
+
+    // Removed, its journal rotated.
+    fs::remove_dir(&files).unwrap();
+    fs::rename(&log, root.join("log/depot-fichiers.log.1")).unwrap();
+    lost(
+        root,
+        &config,
+        std::slice::from_ref(&files),
+        "depot-fichiers.log.1",
+    );
+    assert_etat_writes_nothing(|args| etat(&config, args), root);
+
+    // A store that never served is only not created yet.
+    fs::remove_dir_all(root.join("log")).unwrap();
+    let (code, v) = etat_json(&config, &[]);
+    assert_eq!(code, 0, "{v:#}");
+    assert!(
+        alerts(&v)
+            .iter()
+            .any(|a| a.starts_with("note: ") && a.contains("n'existe pas encore")),
+        "{v:#}"
+    );
 }
 
 #[test]

@@ -59,6 +59,14 @@ print(base64.b64encode(h.digest()).decode())' "$ETAT/travail/gros.bin")"
     transfert dl1 get moyen.bin "$URL/statique/moyen.bin"
     transfert dlg get gros.bin "$URL/statique/gros.bin"
     cmp -s <(curl -s "$(dl gros.bin)") "$ETAT/travail/gros.bin" || echec "gros.bin téléchargé différent"
+    # Fichiers comptés (telechargements_max) contre libres : dépôts et GET de 10 Kio entrelacés sur
+    # une connexion gardée (bench/comptes.py), médianes par requête.
+    info "Fichiers comptés contre libres (bench/comptes.py)"
+    local tours=5
+    [ "$RAPIDE" = 1 ] && tours=1
+    read -r R[cpl.up] R[cpc.up] R[cpl.get] R[cpc.get] \
+        < <(python3 "$RACINE/bench/comptes.py" "$URL" "$TOKEN" "$ETAT/travail/petit.bin" "$tours")
+    [ -n "${R[cpc.get]}" ] || echec "bench/comptes.py n'a rien mesuré"
 }
 
 # MCP (chaque requête : introspection HTTP du token au serveur local).
@@ -142,6 +150,12 @@ tableau_transferts() {
     [ -z "${R[xdlg.t]:-}" ] || printf '%-44s %14s s %10s Mio/s %8s %10s Mio\n' "  téléchargement $GROS_LIB, option X-Sendfile" "$(f2 "${R[xdlg.t]}")" \
         "$(debit "$GROS_MIO" "${R[xdlg.t]}")" "$(debit "$GROS_MIO" "${R[xdlg.st]}")" "$(mio "${R[xdlg.mem]}")"
     printf '%-44s %45s %10s Mio\n' "  (processus au repos)" "" "$(mio "${R[repos.mem]}")"
+    echo
+    printf '%-44s %16s %16s %8s\n' "10 Kio, une connexion gardée (médiane, ms)" "libre" "compté" "rapport"
+    printf '%-44s %16s %16s %8s\n' "  dépôt (telechargements_max=100)" "$(f2 "${R[cpl.up]}")" "$(f2 "${R[cpc.up]}")" \
+        "$(f2 "$(calc "${R[cpc.up]} / ${R[cpl.up]}")")"
+    printf '%-44s %16s %16s %8s\n' "  GET (une place prise puis dépensée)" "$(f2 "${R[cpl.get]}")" "$(f2 "${R[cpc.get]}")" \
+        "$(f2 "$(calc "${R[cpc.get]} / ${R[cpl.get]}")")"
 }
 
 # Les tableaux de ces mesures dans rapport.txt.
@@ -192,6 +206,10 @@ cibles_transferts() {
     printf '  %-58s %10s   %s\n' "dépôt $GROS_LIB avec reprise ≥ 0,8 × d'un coup (débit)" "$(f2 "$rupk")" "$(ok "$rupk" 0.8 '>=')"
     printf '  %-58s %10s\n' "  (un curl par partie, la fonction des consignes : débit)" "$(f2 "$rupr")"
     printf '  %-58s %6s Mio   %s\n' "pic de mémoire résidente ≤ 16 Mio (tout transfert, max)" "$(mio "$memmax")" "$(ok "$memmax" 16384 '<=')"
+    local rcu rcg
+    rcu="$(calc "${R[cpc.up]} / ${R[cpl.up]}")"; rcg="$(calc "${R[cpc.get]} / ${R[cpl.get]}")"
+    printf '  %-58s %10s   %s\n' "dépôt d'un fichier compté ≤ 1,1 × libre (durée)" "$(f2 "$rcu")" "$(ok "$rcu" 1.1 '<=')"
+    printf '  %-58s %10s   %s\n' "GET d'un fichier compté ≤ 1,1 × libre (durée)" "$(f2 "$rcg")" "$(ok "$rcg" 1.1 '<=')"
 }
 
 # Les lignes « Cibles » de ces mesures.

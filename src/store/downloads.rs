@@ -1,8 +1,13 @@
 //! Counted downloads and deletion by the sender (specification §2.6).
 //!
-//! A file whose sender asked for `telechargements_max = n` has `n` tickets, empty files
-//! `.tmp/telechargements/<depot>.<nanoseconds>.<inode>/<k>`, made before its publication's
-//! renames (so a served version always has them). A download takes one by locking it (`flock`,
+//! A file whose sender asked for `telechargements_max = n` has `n` tickets in
+//! `.tmp/telechargements/<depot>.<nanoseconds>.<inode>/`, made before its publication's renames
+//! (so a served version always has them): at most [`LIVE_TICKETS`] of them as empty files
+//! `<k>`, the rest as one counter, an empty file `reste-<r>` (`r` tickets not made yet). A
+//! publication thus makes a few files whatever `n` is, and at most that many transfers of one
+//! file run at once. Whoever spends a ticket makes the next one from the counter: `reste-<r>`
+//! renamed to `reste-<r-1>` (or unlinked at 1) — one process wins each rename — then the ticket
+//! `<n-r>` created; killed in between, one ticket is lost, never made twice. A download takes one by locking it (`flock`,
 //! never waiting) before its first byte, and spends it (unlinks it, still locked) just before
 //! the last piece of the file is handed to the web server. A transfer cut before, or a process
 //! killed, lets go of the lock: the ticket serves again. An unlinked ticket never comes back,
@@ -26,6 +31,20 @@ use crate::names::Name;
 
 /// The folder of tickets, in `.tmp`.
 pub(super) const TICKETS: &str = "telechargements";
+
+/// Tickets that exist as files at once (the rest wait in the counter).
+pub const LIVE_TICKETS: u64 = 8;
+
+/// Prefix of the counter of tickets not made yet.
+const RESERVE_PREFIX: &str = "reste-";
+
+/// The value of a counter's name, `reste-<r>`.
+fn reserve_of(raw: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(raw.strip_prefix(RESERVE_PREFIX.as_bytes())?).ok()?;
+    s.parse()
+        .ok()
+        .filter(|&r: &u64| r > 0 && r.to_string() == s)
+}
 
 /// One version of a stored file: what its sidecar and its file's inode say. Tickets, deletion
 /// links and the removal after the last download are bound to it, never to the name alone.
@@ -82,16 +101,55 @@ pub enum Take {
 pub struct Ticket {
     folder: OwnedFd,
     name: String,
+    /// The version's count, to name the tickets made from the counter.
+    count: u64,
     /// The ticket, open and locked.
     _file: File,
 }
 
 impl Ticket {
-    /// Spends this download (the ticket unlinked while still locked); says whether it was the
-    /// last one of its version.
+    /// Spends this download (the ticket unlinked while still locked), then makes the next
+    /// ticket from the counter if any is left; says whether it was the last one of its version.
     pub fn spend(self) -> bool {
         let _ = rustix::fs::unlinkat(&self.folder, self.name.as_str(), AtFlags::empty());
+        refill(&self.folder, self.count);
         count_entries(&self.folder).is_ok_and(|n| n == 0)
+    }
+}
+
+/// Takes one ticket from the counter of `folder` and makes it a file. A lost race (another
+/// spender renamed the counter first) is tried again with the counter's new name.
+fn refill(folder: &OwnedFd, count: u64) {
+    for _ in 0..16 {
+        let Some(r) = entries(folder)
+            .unwrap_or_default()
+            .iter()
+            .find_map(|raw| reserve_of(raw))
+        else {
+            return;
+        };
+        let from = format!("{RESERVE_PREFIX}{r}");
+        let took = if r > 1 {
+            let to = format!("{RESERVE_PREFIX}{}", r - 1);
+            rustix::fs::renameat_with(
+                folder,
+                from.as_str(),
+                folder,
+                to.as_str(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+        } else {
+            rustix::fs::unlinkat(folder, from.as_str(), AtFlags::empty())
+        };
+        if took.is_ok() {
+            let name = count.saturating_sub(r).to_string();
+            let _ = open_at(
+                folder,
+                &name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            );
+            return;
+        }
     }
 }
 
@@ -155,12 +213,11 @@ impl Store {
         }
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let dir = rustix::fs::openat(tickets, folder.as_str(), flags, Mode::empty())?;
-        for k in 0..n {
-            match open_at(
-                &dir,
-                k.to_string(),
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
-            ) {
+        let live = n.min(LIVE_TICKETS);
+        let reserve = (n > live).then(|| format!("{RESERVE_PREFIX}{}", n - live));
+        let names = (0..live).map(|k| k.to_string()).chain(reserve);
+        for name in names {
+            match open_at(&dir, name, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
@@ -172,9 +229,9 @@ impl Store {
     /// A download of the version `version` of a file with `sidecar`: takes one of its tickets
     /// when it is counted. Never waits: a ticket held by another transfer is skipped.
     pub fn take_download(&self, sidecar: &Sidecar, version: Version) -> Result<Take, StoreError> {
-        if sidecar.max_downloads.is_none() {
+        let Some(count) = sidecar.max_downloads else {
             return Ok(Take::Uncounted);
-        }
+        };
         let Some(folder) = self.version_folder(version)? else {
             return Ok(Take::Spent);
         };
@@ -183,6 +240,9 @@ impl Store {
             return Ok(Take::Spent);
         }
         for raw in names {
+            if raw.starts_with(RESERVE_PREFIX.as_bytes()) {
+                continue;
+            }
             let Ok(name) = String::from_utf8(raw) else {
                 continue;
             };
@@ -208,6 +268,7 @@ impl Store {
                 return Ok(Take::Taken(Ticket {
                     folder,
                     name,
+                    count,
                     _file: file,
                 }));
             }
@@ -222,11 +283,19 @@ impl Store {
     /// The downloads left to a counted file (`None`: not counted), tickets held included.
     pub fn downloads_left(&self, sidecar: &Sidecar, version: Version) -> Option<u64> {
         sidecar.max_downloads?;
-        let n = match self.version_folder(version) {
-            Ok(Some(folder)) => count_entries(&folder).unwrap_or(0),
-            _ => 0,
+        let names = match self.version_folder(version) {
+            Ok(Some(folder)) => entries(&folder).unwrap_or_default(),
+            _ => Vec::new(),
         };
-        Some(n as u64)
+        Some(
+            names
+                .iter()
+                .map(|raw| match reserve_of(raw) {
+                    Some(r) => r,
+                    None => u64::from(!raw.starts_with(RESERVE_PREFIX.as_bytes())),
+                })
+                .sum(),
+        )
     }
 
     /// Removes a version's tickets and their folder.

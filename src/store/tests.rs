@@ -1595,3 +1595,46 @@ fn the_walk_removes_the_tickets_of_versions_gone() {
     assert_eq!(left.len(), 1, "{left:?}");
     assert_ne!(left[0], parts.join("."));
 }
+
+#[test]
+fn a_large_count_makes_few_tickets_and_refills_them() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "");
+    let life = Life {
+        max_age_secs: None,
+        max_downloads: Some(10),
+    };
+    let p = put_with(&store, "dix.bin", b"abc", life);
+    let v = Version::of(&p.sidecar, p.sidecar.inode.unwrap());
+    let folder = names_in(&d.path().join("files/.tmp/telechargements"))[0].clone();
+    let tickets = d.path().join("files/.tmp/telechargements").join(folder);
+    assert_eq!(names_in(&tickets).len() as u64, downloads::LIVE_TICKETS + 1);
+    assert_eq!(store.downloads_left(&p.sidecar, v), Some(10));
+    // As many transfers at once as live tickets.
+    let mut held: Vec<Ticket> = (0..downloads::LIVE_TICKETS)
+        .map(|_| taken(store.take_download(&p.sidecar, v).unwrap()))
+        .collect();
+    assert!(matches!(
+        store.take_download(&p.sidecar, v).unwrap(),
+        Take::AllTaken
+    ));
+    // A spent ticket brings the next one from the counter.
+    assert!(!held.pop().unwrap().spend());
+    assert_eq!(store.downloads_left(&p.sidecar, v), Some(9));
+    held.push(taken(store.take_download(&p.sidecar, v).unwrap()));
+    let mut spent = 1;
+    let mut last = false;
+    while let Some(t) = held.pop() {
+        last = t.spend();
+        spent += 1;
+        if let Take::Taken(t) = store.take_download(&p.sidecar, v).unwrap() {
+            held.push(t);
+        }
+    }
+    assert_eq!(spent, 10, "exactly the count");
+    assert!(last);
+    assert!(matches!(
+        store.take_download(&p.sidecar, v).unwrap(),
+        Take::Spent
+    ));
+}

@@ -18,6 +18,11 @@
 //! The resumable upload on the same two nodes (with the default lifetimes, not the stress's):
 //! parts alternating between the nodes, and a node's program killed in the middle of a part,
 //! the upload finished on the other node; both published byte for byte.
+//!
+//! The sender's download count and deletion link (specification §2.6) on the same two nodes: a
+//! counted file's downloads spent on either node, never more than its count, also when clients
+//! on both nodes race for its last one; a deletion link sent to the node that did not take the
+//! upload.
 
 use depot_test_support as common;
 
@@ -1030,6 +1035,390 @@ fn a_node_killed_mid_part_the_upload_finishes_on_the_other() {
          answered {busy} × 503 before its offset, {refused} × 409 to the rest; done in {:.1} s",
         sent_at_kill,
         len,
+        started.elapsed().as_secs_f64()
+    ));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Counted downloads and deletion links (specification §2.6) across the two nodes: a counted
+// file's tickets (`.tmp/telechargements/<depot>.<ns>.<inode>/<k>`) and the `flock`s a transfer
+// holds on them live on the shared volume, so both nodes spend the same count.
+
+/// The body of `common::multipart_file` for `name` and `data`, with one text part per field of
+/// `fields` before the file part (the same boundary), as `curl -F field=value` sends it.
+fn multipart_with_fields(name: &str, data: &[u8], fields: &[(&str, &str)]) -> (String, Vec<u8>) {
+    let (content_type, file_part) = common::multipart_file(name, data);
+    let (_, boundary) = content_type
+        .split_once("boundary=")
+        .expect("a boundary in the Content-Type");
+    let mut body = Vec::with_capacity(file_part.len() + 128 * fields.len());
+    for (field, value) in fields {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"\r\n\r\n\
+                 {value}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    body.extend_from_slice(&file_part);
+    (content_type, body)
+}
+
+/// A one-shot upload (`POST /upload.php`, multipart) of `data` as `name` to the node at `addr`,
+/// with the form fields `fields`: its answer, a 200 for exactly these bytes.
+fn upload(
+    addr: SocketAddr,
+    token: &str,
+    name: &str,
+    data: &[u8],
+    fields: &[(&str, &str)],
+) -> serde_json::Value {
+    let (content_type, body) = multipart_with_fields(name, data, fields);
+    let fields = [("CONTENT_TYPE", content_type)];
+    let p = cgi_params("POST", "/upload.php", "", token, &fields, body.len());
+    let r = exchange(addr, &p, &body);
+    assert_eq!(r.status, 200, "upload of {name}: {}", shown(&r));
+    let j = r.json();
+    assert_eq!(j["nom"], name, "{}", redact(&j.to_string()));
+    assert_eq!(j["taille_octets"], data.len());
+    assert_eq!(j["sha256"], hex(&sha256(data)));
+    j
+}
+
+/// `HEAD /download.php?fichier=<name>&token=…` on the node at `addr`.
+fn download_head(addr: SocketAddr, token: &str, name: &str) -> FcgiResponse {
+    let query = format!("fichier={name}&token={token}");
+    exchange(
+        addr,
+        &cgi_params("HEAD", "/download.php", &query, token, &[], 0),
+        b"",
+    )
+}
+
+/// A download answered 200 with exactly `data` (a failure names the sizes, never the bytes).
+fn assert_whole(r: &FcgiResponse, data: &[u8], what: &str) {
+    assert_eq!(r.status, 200, "{what}: {}", shown(r));
+    assert!(
+        r.body == data,
+        "{what}: {} bytes that differ from the {} sent",
+        r.body.len(),
+        data.len()
+    );
+}
+
+/// The folder of the tickets of the version of `name` now stored, `<depot>.<ns>.<inode>`, from
+/// its sidecar; the sidecar's inode is the file's through both mounts.
+fn tickets_folder(jfs: &JuiceFs, name: &str) -> String {
+    let files = jfs.mounts[0].path.join(SUBFOLDER);
+    let raw = fs::read(files.join(".meta").join(format!("{name}.json"))).unwrap();
+    let sidecar: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    for (m, mount) in jfs.mounts.iter().enumerate() {
+        let ino = fs::metadata(mount.path.join(SUBFOLDER).join(name))
+            .unwrap()
+            .ino();
+        assert_eq!(sidecar["inode"], ino, "mount {m}: {sidecar}");
+    }
+    format!(
+        "{}.{}.{}",
+        sidecar["depot_timestamp"],
+        sidecar["depot_nanosecondes"].as_u64().unwrap_or(0),
+        sidecar["inode"]
+    )
+}
+
+/// `.tmp/telechargements` as mount `m` shows it.
+fn tickets_root(jfs: &JuiceFs, m: usize) -> PathBuf {
+    jfs.mounts[m]
+        .path
+        .join(SUBFOLDER)
+        .join(".tmp")
+        .join("telechargements")
+}
+
+/// The tickets in `folder` as mount `m` shows them (`None`: no such folder).
+fn tickets_seen(jfs: &JuiceFs, m: usize, folder: &str) -> Option<Vec<String>> {
+    let dir = tickets_root(jfs, m).join(folder);
+    dir.exists().then(|| common::entries(&dir))
+}
+
+/// `left` tickets in `folder`, the same through both mounts, none of them held: each is locked
+/// (`flock`, never waiting, as a node's download takes it) and let go again through each mount.
+/// The lock is let go by `unlock`, which FUSE answers before returning, not by the close,
+/// which the kernel hands to JuiceFS without waiting (the next download could find it held).
+fn assert_tickets_left(jfs: &JuiceFs, folder: &str, left: usize, what: &str) {
+    let seen: Vec<Vec<String>> = (0..2)
+        .map(|m| {
+            tickets_seen(jfs, m, folder)
+                .unwrap_or_else(|| panic!("{what}: no tickets folder {folder} through mount {m}"))
+        })
+        .collect();
+    assert_eq!(seen[0].len(), left, "{what}: tickets {:?}", seen[0]);
+    assert_eq!(
+        seen[0], seen[1],
+        "{what}: the two mounts show different tickets"
+    );
+    for (m, tickets) in seen.iter().enumerate() {
+        for t in tickets {
+            let f = fs::File::open(tickets_root(jfs, m).join(folder).join(t)).unwrap();
+            match f.try_lock() {
+                Ok(()) => f.unlock().unwrap(),
+                Err(e) => panic!("{what}: ticket {t} is held, seen through mount {m}: {e}"),
+            }
+        }
+    }
+}
+
+/// Nothing left of `name` through either mount: no file, no sidecar, no tickets folder `folder`.
+fn assert_gone(jfs: &JuiceFs, name: &str, folder: Option<&str>, what: &str) {
+    for (m, mount) in jfs.mounts.iter().enumerate() {
+        let files = mount.path.join(SUBFOLDER);
+        assert!(
+            fs::symlink_metadata(files.join(name)).is_err(),
+            "{what}: {name} still stored, seen through mount {m}"
+        );
+        let sidecar = files.join(".meta").join(format!("{name}.json"));
+        assert!(
+            fs::symlink_metadata(&sidecar).is_err(),
+            "{what}: {name}'s sidecar left, seen through mount {m}"
+        );
+        if let Some(folder) = folder {
+            assert_eq!(
+                tickets_seen(jfs, m, folder),
+                None,
+                "{what}: {name}'s tickets folder left, seen through mount {m}"
+            );
+        }
+    }
+}
+
+/// The clients racing for a one-download file in each round, half of them on each node.
+const RACERS: usize = 8;
+
+/// A counted file's downloads spent on both nodes, never more than its count, and a deletion
+/// link sent to the node that did not take the upload:
+/// - uploaded to node 0 with `telechargements_max=3` (2 MiB, more than a transfer's last
+///   piece and than what FastCGI buffers, so the ticket is held while bytes flow): 3 tickets,
+///   the same through both mounts; a whole GET on node 0, on node 1, a HEAD on node 1 (nothing
+///   spent), a whole GET on node 0: each GET spends one ticket as both mounts show, no ticket
+///   left held; after the third the file, its sidecar and its tickets are gone from both mounts
+///   at once (no sweep, no further request), and both nodes answer 404;
+/// - [`RACERS`] clients, split between the nodes, start together on a one-download file: exactly
+///   one gets the whole bytes, the others 404, and nothing of the file is left (three rounds,
+///   uploaded alternately to each node);
+/// - an uncounted file uploaded to node 0, its `url_suppression` sent as `DELETE` to node 1
+///   without the upload token: 200 `supprime: true`, gone from both mounts, 404 on node 0, and
+///   sent again to node 0, `supprime: false`. The kept total is back to 0 through both mounts.
+#[test]
+fn a_download_count_spent_on_one_node_is_spent_on_the_other() {
+    let started = Instant::now();
+    let jfs = JuiceFs::start(2);
+    let (mut nodes, token) = start_nodes(&jfs, &site_config());
+    let addr = [nodes[0].addr, nodes[1].addr];
+
+    // Three downloads, spent on either node.
+    let name = "trois-fois.bin";
+    let data = common::bytes(2 * MIB, 51);
+    let answer = upload(
+        addr[0],
+        &token,
+        name,
+        &data,
+        &[("telechargements_max", "3")],
+    );
+    assert_eq!(
+        answer["telechargements_restants"],
+        3,
+        "{}",
+        redact(&answer.to_string())
+    );
+    for (m, mount) in jfs.mounts.iter().enumerate() {
+        let raw = fs::read(mount.path.join(SUBFOLDER).join(".meta/trois-fois.bin.json")).unwrap();
+        let sidecar: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+        assert_eq!(sidecar["telechargements_max"], 3, "mount {m}: {sidecar}");
+    }
+    let folder = tickets_folder(&jfs, name);
+    assert_tickets_left(&jfs, &folder, 3, "after the upload to node 0");
+    assert_whole(
+        &download(addr[0], &token, name),
+        &data,
+        "1st download, on node 0",
+    );
+    assert_tickets_left(&jfs, &folder, 2, "after the 1st download, on node 0");
+    assert_whole(
+        &download(addr[1], &token, name),
+        &data,
+        "2nd download, on node 1",
+    );
+    assert_tickets_left(&jfs, &folder, 1, "after the 2nd download, on node 1");
+    let h = download_head(addr[1], &token, name);
+    assert_eq!(h.status, 200, "HEAD on node 1: {}", shown(&h));
+    assert!(h.body.is_empty(), "HEAD on node 1: {} bytes", h.body.len());
+    let length = data.len().to_string();
+    assert_eq!(
+        h.header("Content-Length"),
+        Some(length.as_str()),
+        "{}",
+        shown(&h)
+    );
+    assert_eq!(h.header("Accept-Ranges"), Some("none"), "{}", shown(&h));
+    assert_tickets_left(&jfs, &folder, 1, "after a HEAD on node 1");
+    assert_whole(
+        &download(addr[0], &token, name),
+        &data,
+        "3rd download, on node 0",
+    );
+    assert_gone(&jfs, name, Some(&folder), "right after the 3rd download");
+    for (i, &a) in addr.iter().enumerate() {
+        let r = download(a, &token, name);
+        assert_eq!(r.status, 404, "a 4th download, on node {i}: {}", shown(&r));
+        r.assert_error(404, "fichier_introuvable");
+        let h = download_head(a, &token, name);
+        assert_eq!(h.status, 404, "HEAD on node {i} once spent: {}", shown(&h));
+    }
+    assert_gone(&jfs, name, Some(&folder), "after the 4th downloads");
+
+    // The last download raced for from both nodes at once.
+    let mut winners = Vec::new();
+    let mut during = 0;
+    for round in 0..3u64 {
+        let name = format!("une-fois-{round}.bin");
+        let data = Arc::new(common::bytes(2 * MIB, 60 + round));
+        let to = addr[round as usize % 2];
+        let answer = upload(to, &token, &name, &data, &[("telechargements_max", "1")]);
+        assert_eq!(answer["telechargements_restants"], 1);
+        let folder = tickets_folder(&jfs, &name);
+        assert_tickets_left(
+            &jfs,
+            &folder,
+            1,
+            &format!("round {round}, after the upload"),
+        );
+        let start = Arc::new(std::sync::Barrier::new(RACERS));
+        let racers: Vec<_> = (0..RACERS)
+            .map(|k| {
+                let (start, token, name) = (Arc::clone(&start), token.clone(), name.clone());
+                let to = addr[k % 2];
+                std::thread::spawn(move || {
+                    start.wait();
+                    let r = download(to, &token, &name);
+                    (r, Instant::now())
+                })
+            })
+            .collect();
+        let mut whole = Vec::new();
+        let mut won_at = None;
+        let mut refused_at = Vec::new();
+        for (k, racer) in racers.into_iter().enumerate() {
+            let (r, at) = racer.join().expect("a racer's exchange failed");
+            let what = format!("round {round}, racer {k} on node {}", k % 2);
+            match r.status {
+                200 => {
+                    assert_whole(&r, &data, &what);
+                    whole.push(k % 2);
+                    won_at = Some(at);
+                }
+                404 => {
+                    r.assert_error(404, "fichier_introuvable");
+                    refused_at.push(at);
+                }
+                _ => panic!("{what}: {}", shown(&r)),
+            }
+        }
+        assert_eq!(
+            whole.len(),
+            1,
+            "round {round}: {} whole files for one download (from nodes {whole:?})",
+            whole.len()
+        );
+        assert_gone(
+            &jfs,
+            &name,
+            Some(&folder),
+            &format!("round {round}, after the race"),
+        );
+        winners.push(whole[0]);
+        // A figure, not a check: the 404s whose answer was over before the winner's were refused
+        // while its ticket was held or just spent (the race did contend).
+        let won_at = won_at.expect("one winner");
+        during += refused_at.iter().filter(|at| **at < won_at).count();
+    }
+    for m in 0..2 {
+        let root = tickets_root(&jfs, m);
+        if root.exists() {
+            let left = common::entries(&root);
+            assert!(left.is_empty(), "mount {m}: tickets folders left: {left:?}");
+        }
+    }
+
+    // The deletion link, sent to the node that did not take the upload.
+    let name = "efface.bin";
+    let data = common::bytes(MIB, 71);
+    let answer = upload(addr[0], &token, name, &data, &[]);
+    assert!(
+        answer.get("telechargements_restants").is_none(),
+        "{}",
+        redact(&answer.to_string())
+    );
+    let link = answer["url_suppression"].as_str().expect("url_suppression");
+    assert!(
+        !link.contains(&token),
+        "the deletion link carries the upload token"
+    );
+    let (base, query) = link.split_once('?').expect("a query in url_suppression");
+    assert_eq!(base, "https://depot.test/download.php");
+    assert!(
+        query.starts_with("fichier=efface.bin&suppression=s1."),
+        "url_suppression: {link}"
+    );
+    assert_whole(
+        &download(addr[1], &token, name),
+        &data,
+        "node 1 before the deletion",
+    );
+    let delete: Vec<(String, String)> =
+        cgi_params("DELETE", "/download.php", query, &token, &[], 0)
+            .into_iter()
+            .filter(|(k, _)| k != "HTTP_AUTHORIZATION")
+            .collect();
+    let d = exchange(addr[1], &delete, b"");
+    assert_eq!(d.status, 200, "DELETE of the link on node 1: {}", shown(&d));
+    assert_eq!(
+        d.json(),
+        serde_json::json!({"succes": true, "nom": name, "supprime": true})
+    );
+    assert_gone(&jfs, name, None, "right after the deletion on node 1");
+    download(addr[0], &token, name).assert_error(404, "fichier_introuvable");
+    let again = exchange(addr[0], &delete, b"");
+    assert_eq!(
+        again.status,
+        200,
+        "the link sent again, to node 0: {}",
+        shown(&again)
+    );
+    assert_eq!(again.json()["supprime"], false, "{}", shown(&again));
+    for m in 0..2 {
+        let files = jfs.mounts[m].path.join(SUBFOLDER);
+        assert_eq!(
+            totals(&files).first().copied().flatten(),
+            Some(0),
+            "mount {m}: kept total once every file is gone"
+        );
+    }
+
+    let log = fs::read_to_string(nodes[1].state.log_file()).unwrap();
+    assert!(
+        log.contains("DELETE /download.php — suppression \"efface.bin\""),
+        "node 1 logged no deletion:\n{log}"
+    );
+    for (i, n) in nodes.iter_mut().enumerate() {
+        assert_alive(n, i);
+    }
+    say(format!(
+        "   3 downloads spent across two nodes; {RACERS} clients racing for one download won \
+         by nodes {winners:?}, {during} of their {} × 404 over before the winner's answer; a \
+         deletion link on the other node: done in {:.1} s",
+        3 * (RACERS - 1),
         started.elapsed().as_secs_f64()
     ));
 }

@@ -162,6 +162,16 @@ fn a_counted_file_is_downloaded_exactly_its_count_then_gone() {
         let r = upload_with(s, "deux.bin", &data, &[("telechargements_max", "2")]);
         let url = url_of(&r);
         assert_eq!(tickets(&s.files()).len(), 2, "{mode:?}");
+        // `etat` counts it like any other file (and counts the store again to say so).
+        let out = std::process::Command::new(common::binary())
+            .arg("--config")
+            .arg(s.config())
+            .args(["etat", "--json", "--compter"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["fichiers"], json!(1), "{mode:?}: {v}");
+        assert_eq!(v["octets"], json!(data.len()), "{mode:?}: {v}");
         let head = curl(&["-I", &url]);
         assert_eq!(head.status, 200, "{mode:?}");
         assert_eq!(head.header("accept-ranges"), Some("none"));

@@ -97,7 +97,7 @@ impl Account {
         fs::set_permissions(&a.home, fs::Permissions::from_mode(0o700)).unwrap();
         // `install -m 755 depot-fichiers /var/www/<name>/depot-fichiers/depot-fichiers`.
         let bin = a.program();
-        fs::copy(common::binary_for_old_hosts(), &bin).unwrap();
+        common::copy_executable(&common::binary_for_old_hosts(), &bin);
         fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
         a.give_everything();
         a

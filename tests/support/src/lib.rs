@@ -243,7 +243,7 @@ impl State {
             group,
         };
 
-        fs::copy(binary(), state.bin()).unwrap();
+        copy_executable(&binary(), &state.bin());
         fs::set_permissions(state.bin(), fs::Permissions::from_mode(0o755)).unwrap();
 
         let template =
@@ -474,6 +474,20 @@ impl Drop for Guard {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Copies an executable by a `cp` process, never by this process: a file this (threaded) test
+/// process holds open for writing is inherited by every child another test forks meanwhile,
+/// until that child execs, and the kernel refuses to run a file open for writing (`ETXTBSY`,
+/// seen as « Text file busy: exec of … failed » when Apache ran the copy under load).
+pub fn copy_executable(from: &Path, to: &Path) {
+    let st = Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(st.success(), "cp {} {}", from.display(), to.display());
 }
 
 /// Starts the real binary on `--listen unix:<root>/fcgi.sock` with this configuration file, its

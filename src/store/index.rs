@@ -346,7 +346,7 @@ impl Store {
                 // listing alone can take the whole budget, and a sweep must still progress.
                 if looked_at == ENTRIES_PER_SWEEP
                     || report.removed() == REMOVALS_PER_SWEEP
-                    || (looked_at > 0 && started.elapsed() > SWEEP_TIME)
+                    || (looked_at > 0 && started.elapsed() > self.sweep_time)
                 {
                     return Ok(true);
                 }

@@ -262,6 +262,9 @@ pub struct Store {
     /// This handle sweeps on the housekeeping thread, which no request waits for
     /// ([`Store::off_thread`]).
     off_thread: bool,
+    /// How long a sweep of the index goes on looking at entries ([`index::SWEEP_TIME`]; the
+    /// unit tests set it to pin one budget at a time).
+    sweep_time: Duration,
     lifetimes: expiry::Lifetimes,
     sweep_interval: Duration,
     max_file: u64,
@@ -307,6 +310,7 @@ impl Store {
             tickets: std::sync::OnceLock::new(),
             index_model: AtomicUsize::new(0),
             off_thread: false,
+            sweep_time: index::SWEEP_TIME,
             lifetimes: expiry::Lifetimes {
                 max_age: cfg.expiry.max_age_secs as i64,
                 max_idle: cfg.expiry.max_idle_secs as i64,

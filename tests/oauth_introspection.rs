@@ -323,8 +323,14 @@ const RESOURCE: &str = "https://depot.example.org/mcp.php";
 /// A private Apache with mod_fcgid whose binary introspects at `idp`.
 #[cfg(feature = "system-tests")]
 fn apache_with(idp: &IntrospectionServer) -> common::apache::Apache {
+    apache_with_directives(idp, "")
+}
+
+/// Like [`apache_with`], with `directives` appended to Apache's configuration.
+#[cfg(feature = "system-tests")]
+fn apache_with_directives(idp: &IntrospectionServer, directives: &str) -> common::apache::Apache {
     let q = |s: &str| toml::Value::String(s.to_string()).to_string();
-    common::apache::Apache::with(
+    common::apache::Apache::with_server_config(
         common::apache::Mode::Fcgid,
         &[
             ("oauth_url", "\"http://127.0.0.1:9/as\""),
@@ -333,6 +339,7 @@ fn apache_with(idp: &IntrospectionServer) -> common::apache::Apache {
             ("oauth_client_secret", &q(is::CLIENT_SECRET)),
             ("mcp_resource_url", &q(RESOURCE)),
         ],
+        directives,
     )
 }
 
@@ -501,4 +508,138 @@ fn calls_in_flight_to_the_authorization_server_are_bounded() {
         idp.max_in_flight()
     );
     assert!(idp.recorded().len() <= 24);
+}
+
+/// One POST of `tools/list` to `/mcp.php` with `bearer`, on a connection of its own to Apache
+/// on `port`: the status, or what went wrong. Lighter than curl for a flood of a hundred
+/// clients.
+#[cfg(feature = "system-tests")]
+fn mcp_status(port: u16, bearer: &str) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("connexion : {:?}", e.kind()))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    write!(
+        s,
+        "POST /mcp.php HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {bearer}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| format!("écriture : {:?}", e.kind()))?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)
+        .map_err(|e| format!("lecture : {:?}", e.kind()))?;
+    let text = String::from_utf8_lossy(&answer);
+    text.strip_prefix("HTTP/1.1 ")
+        .and_then(|t| t.get(..3))
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| format!("réponse : {:?}", text.get(..40)))
+}
+
+/// A flood of invented bearers does not lock a user out. 96 clients send a new random bearer at
+/// every request (no credentials at all), while the authorization server takes 0.3 s to answer
+/// each: they keep the four common places full, and many of them get 503. A user whose bearer
+/// the authorization server found active a moment before sends 12 requests meanwhile: at least
+/// 10 get 200 (its bearer takes a reserved place; it used to get 2 to 5, the rest 503 after
+/// 2 s), each one introspected (nothing is cached). The authorization server never has more
+/// than five calls in flight (the four common places and the user's one request at a time;
+/// the bound, whatever the users, is CALLS_IN_FLIGHT + KNOWN_CALLS_IN_FLIGHT), and the server
+/// answers as before once the flood is over.
+#[cfg(feature = "system-tests")]
+#[test]
+fn a_flood_of_invented_bearers_does_not_lock_a_user_out() {
+    use depot_fichiers::store::{CALLS_IN_FLIGHT, KNOWN_CALLS_IN_FLIGHT};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let idp = IntrospectionServer::start(RESOURCE);
+    // Apache's mutexes as a production Apache has them (APR's default, a pthread mutex): with
+    // the private Apache's fcntl locks, the kernel's deadlock detection sometimes refuses
+    // mod_fcgid its pipe mutex under this many threads (EDEADLK, « can't get pipe mutex »),
+    // and mod_fcgid then ends the whole Apache child, closing its connections unanswered.
+    let a = apache_with_directives(&idp, "Mutex pthread default\n");
+    let port = a.state.port;
+    let user = format!("{}{}", is::SLOW_ACTIVE_PREFIX, common::random_token());
+    audit::secret(&user);
+    // At work before the flood.
+    assert_eq!(mcp_with(&a, &user).status, 200, "{}", a.state.logs());
+    let stop = AtomicBool::new(false);
+    let flood_answers = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let mut answers = Vec::new();
+    std::thread::scope(|scope| {
+        for _ in 0..96 {
+            scope.spawn(|| {
+                while !stop.load(Ordering::SeqCst) {
+                    let bearer = format!("{}{}", is::SLOW_INACTIVE_PREFIX, common::random_token());
+                    let status = mcp_status(port, &bearer);
+                    *flood_answers.lock().unwrap().entry(status).or_insert(0) += 1;
+                }
+            });
+        }
+        // The flood fills the common places, and its requests queue for them.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while idp.max_in_flight() < CALLS_IN_FLIGHT
+            || !flood_answers.lock().unwrap().contains_key(&Ok(503))
+        {
+            if Instant::now() > deadline {
+                stop.store(true, Ordering::SeqCst);
+                panic!("no flood: {:?}", flood_answers.lock().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for _ in 0..12 {
+            let started = Instant::now();
+            answers.push((mcp_status(port, &user), started.elapsed()));
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let flood_answers = flood_answers.into_inner().unwrap();
+    let ok = answers.iter().filter(|(s, _)| *s == Ok(200)).count();
+    assert!(
+        ok >= 10,
+        "the user got {ok} answers 200 of 12: {answers:?}\nflood: {flood_answers:?}"
+    );
+    // Only refusals of the invented bearers, or no place for them.
+    assert!(
+        flood_answers.keys().all(|s| matches!(s, Ok(401) | Ok(503))),
+        "{flood_answers:?}\n{}",
+        a.state.logs()
+    );
+    assert!(
+        flood_answers.get(&Ok(503)).copied().unwrap_or(0) > 0,
+        "{flood_answers:?}"
+    );
+    // Within the bound for any number of users (the common places and the reserved ones), and
+    // here the strangers' four and the user's one request at a time.
+    let in_flight = idp.max_in_flight();
+    assert!(
+        in_flight <= CALLS_IN_FLIGHT + 1,
+        "{in_flight} introspections in flight at once"
+    );
+    // Every use of the user's bearer was introspected.
+    assert!(
+        idp.calls_for(&user).len() > ok,
+        "a use answered without a call"
+    );
+    // The server is alive and serves as before.
+    assert_eq!(mcp_with(&a, &user).status, 200, "{}", a.state.logs());
+    let log = std::fs::read_to_string(a.state.log_file()).unwrap();
+    assert!(
+        !log.contains("sans la tenue du dépôt"),
+        "{}",
+        a.state.logs()
+    );
+    assert!(!log.contains(&user), "the bearer is in the log");
+    // The invented bearers waited for the common places; the user's never found every place it
+    // may take (the reserved ones too) taken.
+    let busy = |places: usize| format!("({places} introspections déjà en cours depuis 2 s)");
+    assert!(log.contains(&busy(CALLS_IN_FLIGHT)), "{}", a.state.logs());
+    let starved: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&busy(CALLS_IN_FLIGHT + KNOWN_CALLS_IN_FLIGHT)))
+        .collect();
+    assert!(starved.is_empty(), "{starved:#?}");
+    eprintln!("user: {answers:?}\nflood: {flood_answers:?}\nin flight at most: {in_flight}");
 }

@@ -213,8 +213,9 @@ fn bearer_key(cfg: &Config, token: &str) -> [u8; 32] {
 enum Asked {
     /// Refused less than [`store::REFUSAL_MEMORY`] ago: the reason then.
     Remembered(String),
-    /// No place for a call (all taken for [`store::PLACE_WAIT`]).
-    Busy,
+    /// No place for a call (all those the bearer may take, this many, taken for
+    /// [`store::PLACE_WAIT`]).
+    Busy(usize),
     /// The call was made: its outcome, and the turn to record a refusal with (none when the
     /// store's bookkeeping could not be used: the call was made without it).
     Called(Result<(u16, String), String>, Option<Turn>),
@@ -233,7 +234,7 @@ fn ask_blocking(
 ) -> Asked {
     match store.admit_introspection(key, turn_wait) {
         Ok(Admission::Refused(why)) => Asked::Remembered(why),
-        Ok(Admission::Busy) => Asked::Busy,
+        Ok(Admission::Busy(places)) => Asked::Busy(places),
         Ok(Admission::Ask(mut turn)) => {
             let outcome = call();
             turn.called();
@@ -289,10 +290,9 @@ pub async fn introspect(
                         store::REFUSAL_MEMORY.as_secs()
                     )));
                 }
-                Asked::Busy => {
+                Asked::Busy(places) => {
                     return Err(AuthError::Unavailable(format!(
-                        "{} introspections déjà en cours depuis {} s",
-                        store::CALLS_IN_FLIGHT,
+                        "{places} introspections déjà en cours depuis {} s",
                         store::PLACE_WAIT.as_secs()
                     )));
                 }

@@ -53,8 +53,9 @@ fn refuse_own_secret(cfg: &Config, token: &str) -> Result<(), AuthError> {
 /// for what the authorization server answered ([`AuthError::InvalidToken`]: inactive, expired,
 /// foreign audience, not an access token) is remembered by the store for
 /// [`crate::store::REFUSAL_MEMORY`]; an active one (accepted, or short of the scope) is only noted as
-/// such, so that its next requests do not wait for each other's turn: it is asked about again
-/// at every use. A 503 leaves nothing.
+/// such, so that its next requests do not wait for each other's turn, and may take the places
+/// reserved to known bearers for [`crate::store::ACTIVE_MEMORY`]: it is asked about again at
+/// every use. A 503 leaves nothing.
 pub async fn authorize(
     cfg: &Config,
     log: &Log,

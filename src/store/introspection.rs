@@ -7,17 +7,29 @@
 //!   than [`REFUSAL_MEMORY`] ago is asked about by each request at once: a valid bearer is
 //!   introspected at every use, and its parallel requests must not queue behind each other; so
 //!   is one whose last call got no answer, which is never remembered as a refusal);
-//! - at most [`CALLS_IN_FLIGHT`] calls at once for the whole store.
+//! - at most [`CALLS_IN_FLIGHT`] calls at once for the whole store, for any bearer; and
+//!   [`KNOWN_CALLS_IN_FLIGHT`] more, reserved to the bearers the authorization server found
+//!   active less than [`ACTIVE_MEMORY`] ago (at most twice that). A flood of invented bearers
+//!   cannot be remembered (each is new), and is what the common places bound; it must not lock
+//!   out the users it competes with: a bearer known to be active takes a reserved place first,
+//!   one of the common places otherwise, so that unknown bearers can only make it wait for
+//!   other known bearers. Nothing is spared a known bearer: it is introspected at every use, a
+//!   revoked token is refused at its next use, and loses its reserved places with that refusal.
 //!
-//! Layout, under `.tmp/introspection/`: `place-0` … `place-3`, the places of the calls in flight
-//! (each held by an `flock` for the length of a call); `<window>/<key>`, one file per bearer
-//! asked about, in the folder of its 5-second window (`<window>` = Unix time in ms / 5000).
+//! Layout, under `.tmp/introspection/`: `place-0` … `place-3`, the common places of the calls in
+//! flight, `place-connu-0` … `place-connu-3`, the reserved ones (each held by an `flock` for the
+//! length of a call); `<window>/<key>`, one file per bearer asked about, in the folder of its
+//! 5-second window (`<window>` = Unix time in ms / 5000); `actifs/<window>/<key>`, an empty file
+//! per bearer found active, in the folder of its hour (`<window>` = Unix time in ms / 3600000):
+//! a bearer is known while its file is in the current hour's folder or the one before.
 //! `<key>` is a keyed hash of the bearer (the caller's business, never the bearer itself); the
 //! file's `flock` is the bearer's turn, its content the last verdict (refused and why, valid, or
 //! no answer) and when, a record of fixed size. Only a refusal spares a call; the others only
 //! decide that the next requests need not wait for a turn. Each admission removes the windows
 //! that can hold nothing useful any more (older than the previous one), a bounded number of
 //! entries at a time: the folder holds the last ten seconds' worth of bearers, whatever arrives.
+//! Each active verdict does the same with the hours of `actifs/`: it holds the bearers found
+//! active in the last two hours at most, and only a call that found one active adds to it.
 
 use std::fs::File;
 use std::io;
@@ -37,8 +49,20 @@ const FOLDER: &str = "introspection";
 /// accepted at most this long after it was last refused.
 pub const REFUSAL_MEMORY: Duration = Duration::from_secs(5);
 
-/// Calls to the authorization server in flight at once, all processes of the store together.
+/// Calls to the authorization server in flight at once, all processes of the store together,
+/// for any bearer (the common places).
 pub const CALLS_IN_FLIGHT: usize = 4;
+
+/// Calls in flight at once, besides [`CALLS_IN_FLIGHT`], for the bearers found active recently
+/// (the reserved places): the authorization server never sees more than the sum of both.
+pub const KNOWN_CALLS_IN_FLIGHT: usize = 4;
+
+/// How long a bearer found active counts as known (may take a reserved place) after its last
+/// active verdict: at least this, at most twice this (the verdicts are kept by hour).
+pub const ACTIVE_MEMORY: Duration = Duration::from_secs(3600);
+
+/// The folder of the bearers found active, in the introspection folder.
+const ACTIVE: &str = "actifs";
 
 /// How long a request waits for one of the [`CALLS_IN_FLIGHT`] places before it gives up (503).
 pub const PLACE_WAIT: Duration = Duration::from_secs(2);
@@ -56,8 +80,8 @@ pub enum Admission {
     /// Ask: the bearer's turn (when it was needed and could be had) and a place are held until
     /// [`Turn`] goes.
     Ask(Turn),
-    /// Every place stayed taken for [`PLACE_WAIT`].
-    Busy,
+    /// Every place the bearer may take (this many) stayed taken for [`PLACE_WAIT`].
+    Busy(usize),
 }
 
 /// The right to ask about one bearer: its turn (none for a bearer known to be valid, or whose
@@ -67,6 +91,10 @@ pub struct Turn {
     bearer: File,
     /// The place, locked, until the call is done.
     place: Option<File>,
+    /// The introspection folder, where the bearer is noted as active (or no longer).
+    folder: OwnedFd,
+    /// The bearer's name in the bookkeeping (its keyed hash).
+    name: String,
 }
 
 impl Turn {
@@ -77,15 +105,19 @@ impl Turn {
     }
 
     /// Remembers that the bearer was refused, and why, for [`REFUSAL_MEMORY`]: the requests
-    /// with it that come meanwhile are refused without a call.
+    /// with it that come meanwhile are refused without a call. A bearer known to be active is
+    /// no longer: it loses its reserved places.
     pub fn refused(self, why: &str) -> io::Result<()> {
+        forget_active(&self.folder, &self.name);
         self.record(&Verdict::Refused(why.to_string()))
     }
 
-    /// Notes that the authorization server found the bearer valid: for [`REFUSAL_MEMORY`], its
-    /// requests ask at once, without waiting for each other's turn.
+    /// Notes that the authorization server found the bearer valid (active): for
+    /// [`REFUSAL_MEMORY`], its requests ask at once, without waiting for each other's turn; for
+    /// [`ACTIVE_MEMORY`] at least, they may take the reserved places.
     pub fn valid(self) -> io::Result<()> {
-        self.record(&Verdict::Valid)
+        let noted = mark_active(&self.folder, &self.name);
+        self.record(&Verdict::Valid).and(noted)
     }
 
     /// Notes that the call got no usable answer (503): nothing is remembered against the
@@ -163,6 +195,11 @@ fn window(millis: i64) -> i64 {
     millis.div_euclid(REFUSAL_MEMORY.as_millis() as i64)
 }
 
+/// The hour of a time in milliseconds, for the bearers found active.
+fn active_window(millis: i64) -> i64 {
+    millis.div_euclid(ACTIVE_MEMORY.as_millis() as i64)
+}
+
 /// Whether a verdict given at `when` still counts at `now`: less than [`REFUSAL_MEMORY`] ago (a
 /// time up to a second ahead, another node's clock, counts too).
 fn recent(when: i64, now: i64) -> bool {
@@ -173,10 +210,12 @@ fn recent(when: i64, now: i64) -> bool {
 impl Store {
     /// Whether and how to ask the authorization server about the bearer whose keyed hash is
     /// `key`: refused again when it was refused less than [`REFUSAL_MEMORY`] ago; otherwise a
-    /// place (waited for at most [`PLACE_WAIT`], after which [`Admission::Busy`]), and, when
-    /// nothing was heard of the bearer in that time, its turn first (waited for at most
-    /// `turn_wait`, after which the caller asks anyway; let go at once when the call it waited
-    /// for found the bearer valid or got no answer). Blocking: call it off the event loop.
+    /// place (waited for at most [`PLACE_WAIT`], after which [`Admission::Busy`]: a reserved
+    /// one first when the bearer was found active less than [`ACTIVE_MEMORY`] ago, a common one
+    /// otherwise), and, when nothing was heard of the bearer in that time, its turn first
+    /// (waited for at most `turn_wait`, after which the caller asks anyway; let go at once when
+    /// the call it waited for found the bearer valid or got no answer). Blocking: call it off
+    /// the event loop.
     pub fn admit_introspection(
         &self,
         key: &[u8; 32],
@@ -206,12 +245,15 @@ impl Store {
                 None => {}
             }
         }
-        match take_place(&folder)? {
+        let known = is_active(&folder, &name, now_millis());
+        match take_place(&folder, known)? {
             Some(place) => Ok(Admission::Ask(Turn {
                 bearer,
                 place: Some(place),
+                folder,
+                name,
             })),
-            None => Ok(Admission::Busy),
+            None => Ok(Admission::Busy(places(known).len())),
         }
     }
 
@@ -248,37 +290,103 @@ fn last_verdict(folder: &OwnedFd, current: i64, name: &str, now: i64) -> Option<
 
 /// The folder of a window, created if missing.
 fn open_window(folder: &OwnedFd, w: i64) -> io::Result<OwnedFd> {
-    let name = w.to_string();
+    open_folder(folder, &w.to_string())
+}
+
+/// The folder `name` of `folder`, created (0700) if missing, never through a symbolic link.
+fn open_folder(folder: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY;
-    match open_at(folder, name.as_str(), flags) {
+    match open_at(folder, name, flags) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            match rustix::fs::mkdirat(folder, name.as_str(), Mode::from_raw_mode(0o700)) {
+            match rustix::fs::mkdirat(folder, name, Mode::from_raw_mode(0o700)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(e.into()),
             }
-            Ok(open_at(folder, name.as_str(), flags)?.into())
+            Ok(open_at(folder, name, flags)?.into())
         }
         other => Ok(other?.into()),
     }
 }
 
-/// One of the [`CALLS_IN_FLIGHT`] places, locked; `None` when all stayed taken for
-/// [`PLACE_WAIT`]. The places are tried in turn, from one that depends on the process (so that
-/// the processes spread over them), each opened when first tried; between rounds, sleeps growing
-/// from 1 to 20 ms: a call takes milliseconds, a wait this long only happens when the
-/// authorization server is slow.
-fn take_place(folder: &OwnedFd) -> io::Result<Option<File>> {
-    let start = std::process::id() as usize % CALLS_IN_FLIGHT;
-    let mut places: Vec<Option<File>> = (0..CALLS_IN_FLIGHT).map(|_| None).collect();
+/// Whether the bearer `name` was found active in the current hour or the one before (`now` in
+/// ms). Anything unreadable, or not a regular file, is "not known".
+fn is_active(folder: &OwnedFd, name: &str, now: i64) -> bool {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+    let Ok(active) = open_at(folder, ACTIVE, flags) else {
+        return false;
+    };
+    let active = OwnedFd::from(active);
+    let current = active_window(now);
+    [current, current - 1].into_iter().any(|w| {
+        open_at(&active, w.to_string(), flags).is_ok_and(|dir| {
+            rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+            })
+        })
+    })
+}
+
+/// Notes the bearer `name` as found active in the current hour (an empty file), after removing
+/// the hours that can hold nothing useful any more.
+fn mark_active(folder: &OwnedFd, name: &str) -> io::Result<()> {
+    let active = open_folder(folder, ACTIVE)?;
+    let current = active_window(now_millis());
+    remove_old_windows(&active, current);
+    open_window(&active, current)
+        .and_then(|w| open_at(&w, name, OFlags::WRONLY | OFlags::CREATE))
+        .map(drop)
+}
+
+/// The bearer `name` is no longer known to be active (failures are left: the refusal is what
+/// matters, and the mark goes with its hour).
+fn forget_active(folder: &OwnedFd, name: &str) {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+    let Ok(active) = open_at(folder, ACTIVE, flags) else {
+        return;
+    };
+    let active = OwnedFd::from(active);
+    let current = active_window(now_millis());
+    for w in [current, current - 1] {
+        if let Ok(dir) = open_at(&active, w.to_string(), flags) {
+            let _ = rustix::fs::unlinkat(&dir, name, AtFlags::empty());
+        }
+    }
+}
+
+/// The places a bearer may take, in the order it tries them: for a known bearer the reserved
+/// ones, then the common ones; for any other, the common ones. Each group is tried from a place
+/// that depends on the process, so that the processes spread over them.
+fn places(known: bool) -> Vec<String> {
+    let pid = std::process::id() as usize;
+    let group = |prefix: &str, n: usize| {
+        (0..n)
+            .map(|k| format!("{prefix}{}", (pid + k) % n))
+            .collect::<Vec<_>>()
+    };
+    let mut names = Vec::with_capacity(CALLS_IN_FLIGHT + KNOWN_CALLS_IN_FLIGHT);
+    if known {
+        names.extend(group("place-connu-", KNOWN_CALLS_IN_FLIGHT));
+    }
+    names.extend(group("place-", CALLS_IN_FLIGHT));
+    names
+}
+
+/// One of the places a bearer may take ([`places`]), locked; `None` when all stayed taken for
+/// [`PLACE_WAIT`]. The places are tried in turn, each opened when first tried; between rounds,
+/// sleeps growing from 1 to 20 ms: a call takes milliseconds, a wait this long only happens when
+/// the authorization server is slow.
+fn take_place(folder: &OwnedFd, known: bool) -> io::Result<Option<File>> {
+    let names = places(known);
+    let mut places: Vec<Option<File>> = names.iter().map(|_| None).collect();
     let deadline = Instant::now() + PLACE_WAIT;
     let mut sleep = Duration::from_millis(1);
     loop {
-        for k in (0..CALLS_IN_FLIGHT).map(|k| (start + k) % CALLS_IN_FLIGHT) {
+        for (k, name) in names.iter().enumerate() {
             let place = match &places[k] {
                 Some(place) => place,
                 None => places[k].insert(open_at(
                     folder,
-                    format!("place-{k}"),
+                    name.as_str(),
                     OFlags::RDWR | OFlags::CREATE,
                 )?),
             };
@@ -533,13 +641,103 @@ mod tests {
             .collect();
         assert!(matches!(
             store.admit_introspection(&[99; 32], WAIT).unwrap(),
-            Admission::Busy
+            Admission::Busy(CALLS_IN_FLIGHT)
         ));
         held[0].called();
         assert!(matches!(
             store.admit_introspection(&[99; 32], WAIT).unwrap(),
             Admission::Ask(_)
         ));
+    }
+
+    /// A bearer found active has places of its own: while unknown bearers hold every common
+    /// place, it is admitted at once, up to [`KNOWN_CALLS_IN_FLIGHT`] calls of known bearers,
+    /// then takes a common place like anyone; an unknown bearer never takes a reserved place;
+    /// refused, a known bearer is known no more.
+    #[test]
+    fn bearers_found_active_are_not_starved_by_unknown_ones() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        let admit = |key: &[u8; 32]| match store.admit_introspection(key, WAIT).unwrap() {
+            Admission::Ask(turn) => Some(turn),
+            Admission::Busy(places) => {
+                assert_eq!(places, CALLS_IN_FLIGHT + KNOWN_CALLS_IN_FLIGHT);
+                None
+            }
+            Admission::Refused(why) => panic!("refused: {why}"),
+        };
+        let known: Vec<[u8; 32]> = (0..=KNOWN_CALLS_IN_FLIGHT as u8)
+            .map(|k| [40 + k; 32])
+            .collect();
+        let folder = store.introspection_folder().unwrap();
+        for key in &known {
+            assert!(!is_active(&folder, &hex(key), now_millis()));
+            admit(key).expect("a place").valid().unwrap();
+            assert!(is_active(&folder, &hex(key), now_millis()));
+        }
+        let mut strangers: Vec<Turn> = (0..CALLS_IN_FLIGHT as u8)
+            .map(
+                |k| match store.admit_introspection(&[60 + k; 32], WAIT).unwrap() {
+                    Admission::Ask(turn) => turn,
+                    _ => panic!("common place {k}"),
+                },
+            )
+            .collect();
+        assert!(matches!(
+            store.admit_introspection(&[70; 32], WAIT).unwrap(),
+            Admission::Busy(CALLS_IN_FLIGHT)
+        ));
+        let started = Instant::now();
+        let mut users: Vec<Turn> = known[..KNOWN_CALLS_IN_FLIGHT]
+            .iter()
+            .map(|key| admit(key).expect("a reserved place"))
+            .collect();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // Every place taken: a known bearer waits like anyone, and gets the next common place.
+        let last = &known[KNOWN_CALLS_IN_FLIGHT];
+        assert!(admit(last).is_none());
+        strangers[0].called();
+        assert!(admit(last).is_some());
+        // Refused (revoked): known no more, and its reserved place goes to the next caller.
+        let mut revoked = users.pop().unwrap();
+        revoked.called();
+        revoked.refused("révoqué").unwrap();
+        let name = hex(&known[KNOWN_CALLS_IN_FLIGHT - 1]);
+        assert!(!is_active(&folder, &name, now_millis()));
+        assert!(admit(&known[0]).is_some());
+    }
+
+    /// A bearer found active stays known for the current hour and the one before; the marks of
+    /// older hours are removed by the next active verdict.
+    #[test]
+    fn an_active_bearer_is_known_for_an_hour_or_two() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, store) = test_store(d.path(), "");
+        let folder = store.introspection_folder().unwrap();
+        let active = d.path().join("files/.tmp/introspection").join(ACTIVE);
+        let now = now_millis();
+        let current = active_window(now);
+        for (w, key) in [(current - 1, [1u8; 32]), (current - 2, [2u8; 32])] {
+            std::fs::create_dir_all(active.join(w.to_string())).unwrap();
+            std::fs::write(active.join(w.to_string()).join(hex(&key)), "").unwrap();
+        }
+        assert!(is_active(&folder, &hex(&[1; 32]), now));
+        assert!(!is_active(&folder, &hex(&[2; 32]), now));
+        // Not a regular file: not known.
+        std::fs::create_dir(active.join((current - 1).to_string()).join(hex(&[3; 32]))).unwrap();
+        assert!(!is_active(&folder, &hex(&[3; 32]), now));
+        let Admission::Ask(turn) = store.admit_introspection(&[4; 32], WAIT).unwrap() else {
+            panic!("a new bearer is asked about");
+        };
+        turn.valid().unwrap();
+        let mut hours = names_in(&active);
+        hours.sort();
+        assert_eq!(
+            hours,
+            [(current - 1).to_string(), current.to_string()],
+            "{hours:?}"
+        );
+        assert!(is_active(&folder, &hex(&[4; 32]), now_millis()));
     }
 
     /// Windows that hold nothing useful any more are removed by the admissions, a bounded

@@ -71,7 +71,10 @@ use crate::folders;
 
 pub use downloads::{Take, Ticket, Version};
 pub use expiry::now_secs;
-pub use introspection::{Admission, CALLS_IN_FLIGHT, PLACE_WAIT, REFUSAL_MEMORY, Turn};
+pub use introspection::{
+    ACTIVE_MEMORY, Admission, CALLS_IN_FLIGHT, KNOWN_CALLS_IN_FLIGHT, PLACE_WAIT, REFUSAL_MEMORY,
+    Turn,
+};
 pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
 pub use lookup::{Found, Looked};
 pub use publish::{Published, Upload};

@@ -68,6 +68,10 @@ pub const TOKENS: [&str; 17] = [
 pub const SLOW_INACTIVE_PREFIX: &str = "tok-lent-";
 pub const SLOW_INACTIVE_MILLIS: u64 = 300;
 
+/// Tokens beginning with this are active (valid for the resource, with [`SCOPE`]), answered
+/// after [`SLOW_INACTIVE_MILLIS`] too: a real user's token, while the server is slow.
+pub const SLOW_ACTIVE_PREFIX: &str = "tok-actif-lent-";
+
 /// The scope granted by the table.
 pub const SCOPE: &str = "fichiers:lire";
 
@@ -269,6 +273,10 @@ fn answer(token: &str, resource: &str, overrides: &HashMap<String, bool>) -> (u1
     }
     if token.starts_with(SLOW_INACTIVE_PREFIX) {
         return (200, r#"{"active":false}"#.into(), SLOW_INACTIVE_MILLIS);
+    }
+    if token.starts_with(SLOW_ACTIVE_PREFIX) {
+        let (s, b, _) = ok(json!({}));
+        return (s, b, SLOW_INACTIVE_MILLIS);
     }
     match token {
         TOK_ACTIVE => ok(json!({})),

@@ -922,17 +922,27 @@ pub fn stress_with(
     {
         h.violation(format!("left in .tmp: {tmp:?}"));
     }
-    // The introspection bookkeeping: its places, and the verdicts of the last two 5-second
-    // windows of the last MCP request at most (each admission removes the older ones).
+    // The introspection bookkeeping: its places, the verdicts of the last two 5-second windows
+    // of the last MCP request at most (each admission removes the older ones), and the bearers
+    // found active in the last two hours at most.
     let introspection = files.join(".tmp/introspection");
     if introspection.exists() {
         let kept = entries(&introspection);
         let windows = kept.iter().filter(|n| n.parse::<u64>().is_ok()).count();
-        let other = kept
-            .iter()
-            .any(|n| n.parse::<u64>().is_err() && !n.starts_with("place-"));
+        let other = kept.iter().any(|n| {
+            n.parse::<u64>().is_err() && !n.starts_with("place-") && n.as_str() != "actifs"
+        });
         if windows > 2 || other {
             h.violation(format!("left in .tmp/introspection: {kept:?}"));
+        }
+        let active = introspection.join("actifs");
+        let hours = if active.exists() {
+            entries(&active)
+        } else {
+            Vec::new()
+        };
+        if hours.len() > 2 || hours.iter().any(|n| n.parse::<u64>().is_err()) {
+            h.violation(format!("left in .tmp/introspection/actifs: {hours:?}"));
         }
     }
     // The expiry index keeps no entry for a file that is gone: no bucket is left.

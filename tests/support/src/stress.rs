@@ -404,8 +404,19 @@ impl Run {
             status,
         });
         let down = self.down.lock().unwrap()[node % self.target.nodes()];
-        if down.is_some_and(|d| end >= d) && !matches!(status, Some(200 | 206)) {
-            let what = status.map_or("transport error".to_string(), |s| s.to_string());
+        // A node whose filesystem died may have sent a 200's head before a read failed: its
+        // JSON body (an upload's reply, an MCP answer) then ends short.
+        let cut_short = res.as_ref().is_ok_and(|a| {
+            a.status == 200
+                && matches!(kind, Kind::Upload | Kind::Mcp)
+                && serde_json::from_slice::<serde_json::Value>(&a.body).is_err()
+        });
+        if down.is_some_and(|d| end >= d) && (!matches!(status, Some(200 | 206)) || cut_short) {
+            let what = match status {
+                None => "transport error".to_string(),
+                Some(_) if cut_short => "200 cut short".to_string(),
+                Some(s) => s.to_string(),
+            };
             *h.excused
                 .entry(format!(
                     "{kind:?} on node {node} after it was killed: {what}"

@@ -439,8 +439,10 @@ pub(crate) fn pause_point(_point: &str) {}
 fn open_at(dir: &OwnedFd, name: impl rustix::path::Arg, flags: OFlags) -> io::Result<File> {
     let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mode = Mode::from_raw_mode(0o600);
-    if flags.contains(OFlags::DIRECTORY) {
-        // The kernel refuses anything but a folder (ENOTDIR) before it could wait.
+    if flags.contains(OFlags::DIRECTORY) || flags.contains(OFlags::CREATE | OFlags::EXCL) {
+        // The kernel refuses anything but a folder (ENOTDIR) before it could wait; and what
+        // O_CREAT | O_EXCL opens is a regular file it has just created (anything already
+        // there, a pipe or a link included, is EEXIST).
         return Ok(File::from(rustix::fs::openat(dir, name, flags, mode)?));
     }
     let fd = match rustix::fs::openat(dir, name, flags | OFlags::NONBLOCK, mode) {

@@ -112,8 +112,7 @@ impl Ticket {
     /// ticket from the counter if any is left; says whether it was the last one of its version.
     pub fn spend(self) -> bool {
         let _ = rustix::fs::unlinkat(&self.folder, self.name.as_str(), AtFlags::empty());
-        refill(&self.folder, self.count);
-        count_entries(&self.folder).is_ok_and(|n| n == 0)
+        refill(&self.folder, self.count)
     }
 }
 
@@ -127,15 +126,13 @@ impl Drop for Ticket {
 }
 
 /// Takes one ticket from the counter of `folder` and makes it a file. A lost race (another
-/// spender renamed the counter first) is tried again with the counter's new name.
-fn refill(folder: &OwnedFd, count: u64) {
+/// spender renamed the counter first) is tried again with the counter's new name. Says whether
+/// `folder` is left empty (no ticket, no counter): the listing that looks for the counter tells.
+fn refill(folder: &OwnedFd, count: u64) -> bool {
     for _ in 0..16 {
-        let Some(r) = entries(folder)
-            .unwrap_or_default()
-            .iter()
-            .find_map(|raw| reserve_of(raw))
-        else {
-            return;
+        let names = entries(folder).unwrap_or_default();
+        let Some(r) = names.iter().find_map(|raw| reserve_of(raw)) else {
+            return names.is_empty();
         };
         let from = format!("{RESERVE_PREFIX}{r}");
         let took = if r > 1 {
@@ -151,10 +148,14 @@ fn refill(folder: &OwnedFd, count: u64) {
             rustix::fs::unlinkat(folder, from.as_str(), AtFlags::empty())
         };
         if took.is_ok() {
-            let _ = new_ticket(folder, &count.saturating_sub(r).to_string());
-            return;
+            if new_ticket(folder, &count.saturating_sub(r).to_string()).is_ok() {
+                return false;
+            }
+            // Taken from the counter but not made (a full disk): that ticket is lost.
+            break;
         }
     }
+    count_entries(folder).is_ok_and(|n| n == 0)
 }
 
 /// Makes the empty file `name` in `folder`: one `openat` (`O_CREAT | O_EXCL`, which needs no

@@ -4,9 +4,9 @@
     comptes.py URL_BASE TOKEN FICHIER [TOURS] [PAR_TOUR]
 
 Entrelace, sur une connexion HTTP/1.1 gardée, des dépôts de FICHIER sans rien demander et avec
-`telechargements_max=100`, puis des GET du même fichier libre et compté (chaque fichier compté
-déposé à nouveau quand ses 100 téléchargements sont dépensés) : TOURS tours (5 par défaut) de
-PAR_TOUR requêtes (50) de chaque sorte. Écrit sur une ligne les médianes en millisecondes :
+`telechargements_max=100` (l'un après l'autre), puis des GET du même fichier libre et compté
+(l'un après l'autre ; chaque fichier compté déposé à nouveau quand ses 100 téléchargements sont
+dépensés) : TOURS tours (5 par défaut) de PAR_TOUR requêtes (50) de chaque sorte. Écrit sur une ligne les médianes en millisecondes :
 « dépôt_libre dépôt_compté get_libre get_compté ». Une réponse inattendue arrête tout.
 """
 import http.client
@@ -74,17 +74,17 @@ def main():
     up_free, up_counted, get_free, get_counted = [], [], [], []
     _, free_link = c.upload("compte-libre.bin", data, [])
     counted_link, left, n = None, 0, 0
+    # Each request of one sort is followed by its twin of the other sort: both meet the same
+    # disk, the same writeback and the same sweeps.
     for _ in range(rounds):
         for i in range(per):
             up_free.append(c.upload(f"depot-libre-{i}.bin", data, [])[0])
-        for i in range(per):
             up_counted.append(c.upload(f"depot-compte-{i}.bin", data, [("telechargements_max", "100")])[0])
         for _ in range(per):
             dt, got = c.send("GET", free_link)
             get_free.append(dt)
             if got != data:
                 sys.exit("GET libre : octets différents")
-        for _ in range(per):
             if left == 0:
                 n += 1
                 _, counted_link = c.upload(f"compte-{n}.bin", data, [("telechargements_max", "100")])

@@ -110,7 +110,7 @@ async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
             }
             None
         }
-        (true, true) => match app.store.take_download(&found.sidecar, version)? {
+        (true, true) => match app.store.take_download(&name, &found.sidecar, version)? {
             Take::Taken(t) => Some(t),
             Take::Uncounted => None,
             Take::AllTaken => return Err(ApiError::FichierIntrouvable),

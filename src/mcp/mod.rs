@@ -239,7 +239,7 @@ pub fn store_source<'a>(
         let version = crate::store::Version::of(&found.sidecar, found.ino);
         if found.sidecar.max_downloads.is_some() {
             if mode == Mode::Base64 {
-                match app.store.take_download(&found.sidecar, version) {
+                match app.store.take_download(name, &found.sidecar, version) {
                     Ok(crate::store::Take::Taken(ticket)) => {
                         if ticket.spend() {
                             // The open file is read while the reply is written: the pair

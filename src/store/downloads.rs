@@ -1,26 +1,33 @@
 //! Counted downloads and deletion by the sender (specification §2.6).
 //!
-//! A file whose sender asked for `telechargements_max = n` has `n` tickets in
-//! `.tmp/telechargements/<depot>.<nanoseconds>.<inode>/`, made before its publication's renames
-//! (so a served version always has them): at most [`LIVE_TICKETS`] of them as empty files
-//! `<k>`, the rest as one counter, an empty file `reste-<r>` (`r` tickets not made yet). A
-//! publication thus makes a few files whatever `n` is, and at most that many transfers of one
-//! file run at once. Whoever spends a ticket makes the next one from the counter: `reste-<r>`
-//! renamed to `reste-<r-1>` (or unlinked at 1) — one process wins each rename — then the ticket
-//! `<n-r>` created; killed in between, one ticket is lost, never made twice. A download takes one by locking it (`flock`,
-//! never waiting) before its first byte, and spends it (unlinks it, still locked) just before
-//! the last piece of the file is handed to the web server. A transfer cut before, or a process
-//! killed, lets go of the lock: the ticket serves again. An unlinked ticket never comes back,
-//! so a count never goes up, and a download is served only with a ticket held: never more
-//! downloads than tickets. The tickets live on the store's filesystem: every process and every
-//! node shares them (`flock` is honoured across JuiceFS clients). Once the last ticket is spent,
-//! the pair is removed as soon as the transfer ends ([`Store::remove_version`]). A version's
-//! folder is removed with its pair (deletion, last download) or, when the pair left otherwise
-//! (expiry, a new upload of the name), by the walk once the version's latest deadline has passed.
+//! A file whose sender asked for `telechargements_max = n` has tickets in
+//! `.tmp/telechargements/<depot>.<nanoseconds>.<inode>/`, made by its first download, not by its
+//! publication (an upload that asks for a count costs what any other does): empty files named by
+//! the number of the download they stand for, at most [`LIVE_TICKETS`] of them at once, so at
+//! most that many transfers of one file run at once. A download takes one by locking it
+//! (`flock`, never waiting) before its first byte, and spends it just before the last piece of
+//! the file is handed to the web server: ticket `k` is renamed `k + LIVE_TICKETS` while that is
+//! below `n`, unlinked otherwise — one `renameat`, which no crash can do by halves: ticket `k`
+//! is either still there or spent and its successor made. A transfer cut before, or a process
+//! killed, lets go of the lock: the ticket serves again. A ticket's number only grows, so a
+//! count never goes up, and a download is served only with a ticket held: never more downloads
+//! than tickets. The downloads left are `Σ ⌈(n − k) / LIVE_TICKETS⌉` over the tickets there.
+//!
+//! The first download builds the folder under a private name and renames it into place
+//! (`RENAME_NOREPLACE`): another download sees no folder or a whole one, never one half made.
+//! A folder can be missing because its version was never downloaded or because it is gone (its
+//! pair removed, then its tickets); so every download checks, once it holds a ticket, that its
+//! version is still the file under its name, and a version past the store's longest life never
+//! gets a new folder: tickets made for a version that has gone serve nothing. The tickets live
+//! on the store's filesystem: every process and every node shares them (`flock` is honoured
+//! across JuiceFS clients). Once the last ticket is spent, the pair is removed as soon as the
+//! transfer ends ([`Store::remove_version`]). A version's folder is removed with its pair
+//! (deletion, last download) or, when the pair left otherwise (expiry, a new upload of the
+//! name), by the walk once the version's latest deadline has passed.
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 
@@ -32,18 +39,20 @@ use crate::names::Name;
 /// The folder of tickets, in `.tmp`.
 pub(super) const TICKETS: &str = "telechargements";
 
-/// Tickets that exist as files at once (the rest wait in the counter).
+/// Tickets that exist as files at once: the most transfers of one file at once.
 pub const LIVE_TICKETS: u64 = 8;
 
-/// Prefix of the counter of tickets not made yet.
-const RESERVE_PREFIX: &str = "reste-";
-
-/// The value of a counter's name, `reste-<r>`.
-fn reserve_of(raw: &[u8]) -> Option<u64> {
-    let s = std::str::from_utf8(raw.strip_prefix(RESERVE_PREFIX.as_bytes())?).ok()?;
+/// The number of a ticket's name: canonical decimal, below the version's count.
+fn ticket_of(raw: &[u8], count: u64) -> Option<u64> {
+    let s = std::str::from_utf8(raw).ok()?;
     s.parse()
         .ok()
-        .filter(|&r: &u64| r > 0 && r.to_string() == s)
+        .filter(|&k: &u64| k < count && k.to_string() == s)
+}
+
+/// The downloads ticket `k` of a version of `count` stands for: itself and its successors.
+fn downloads_of(k: u64, count: u64) -> u64 {
+    (count - k).div_ceil(LIVE_TICKETS)
 }
 
 /// One version of a stored file: what its sidecar and its file's inode say. Tickets, deletion
@@ -69,18 +78,26 @@ impl Version {
     }
 
     /// Its folder of tickets.
-    fn folder(self) -> String {
+    pub(super) fn folder(self) -> String {
         format!("{}.{}.{}", self.depot, self.nanos, self.inode)
     }
 
-    /// The upload second of a folder of tickets (what the walk needs to know).
+    /// The upload second of a folder of tickets, or of one being built
+    /// (`<folder>.<pid>-<n>`), which the walk removes alike once old.
     fn depot_of_folder(raw: &[u8]) -> Option<i64> {
         let s = std::str::from_utf8(raw).ok()?;
         let mut parts = s.split('.');
         let depot = parts.next()?.parse().ok()?;
         let nanos: Option<u32> = parts.next()?.parse().ok();
         let inode: Option<u64> = parts.next()?.parse().ok();
-        (nanos.is_some() && inode.is_some() && parts.next().is_none()).then_some(depot)
+        let builder = match parts.next() {
+            None => true,
+            Some(b) => {
+                let (pid, seq) = b.split_once('-').unwrap_or(("", ""));
+                pid.parse::<u32>().is_ok() && seq.parse::<u64>().is_ok() && parts.next().is_none()
+            }
+        };
+        (nanos.is_some() && inode.is_some() && builder).then_some(depot)
     }
 }
 
@@ -92,7 +109,8 @@ pub enum Take {
     Taken(Ticket),
     /// Every ticket left is held by a transfer under way: nothing to serve now (404).
     AllTaken,
-    /// No ticket left: the last download was spent (404; the pair goes).
+    /// No ticket left, or the version is no longer the stored file: 404 (a pair whose last
+    /// download was spent goes).
     Spent,
 }
 
@@ -100,19 +118,38 @@ pub enum Take {
 /// Dropped unspent, it serves again.
 pub struct Ticket {
     folder: OwnedFd,
-    name: String,
-    /// The version's count, to name the tickets made from the counter.
+    /// Its number.
+    k: u64,
+    /// The version's count.
     count: u64,
     /// The ticket, open and locked.
     file: File,
 }
 
 impl Ticket {
-    /// Spends this download (the ticket unlinked while still locked), then makes the next
-    /// ticket from the counter if any is left; says whether it was the last one of its version.
+    /// Spends this download: the ticket becomes its successor (renamed, still locked), or, when
+    /// it has none, is unlinked. Says whether it was the last one of its version.
     pub fn spend(self) -> bool {
-        let _ = rustix::fs::unlinkat(&self.folder, self.name.as_str(), AtFlags::empty());
-        refill(&self.folder, self.count)
+        let name = self.k.to_string();
+        let next = self.k + LIVE_TICKETS;
+        if next < self.count {
+            let renamed = rustix::fs::renameat_with(
+                &self.folder,
+                name.as_str(),
+                &self.folder,
+                next.to_string().as_str(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            );
+            match renamed {
+                // Spent; or its folder went with its pair (a deletion) meanwhile.
+                Ok(()) | Err(rustix::io::Errno::NOENT) => return false,
+                // Never expected (only this ticket's holder makes its successor): the ticket is
+                // spent all the same, its successor lost — one download less, never one more.
+                Err(_) => {}
+            }
+        }
+        let _ = rustix::fs::unlinkat(&self.folder, name.as_str(), AtFlags::empty());
+        count_entries(&self.folder).is_ok_and(|n| n == 0)
     }
 }
 
@@ -125,39 +162,6 @@ impl Drop for Ticket {
     }
 }
 
-/// Takes one ticket from the counter of `folder` and makes it a file. A lost race (another
-/// spender renamed the counter first) is tried again with the counter's new name. Says whether
-/// `folder` is left empty (no ticket, no counter): the listing that looks for the counter tells.
-fn refill(folder: &OwnedFd, count: u64) -> bool {
-    for _ in 0..16 {
-        let names = entries(folder).unwrap_or_default();
-        let Some(r) = names.iter().find_map(|raw| reserve_of(raw)) else {
-            return names.is_empty();
-        };
-        let from = format!("{RESERVE_PREFIX}{r}");
-        let took = if r > 1 {
-            let to = format!("{RESERVE_PREFIX}{}", r - 1);
-            rustix::fs::renameat_with(
-                folder,
-                from.as_str(),
-                folder,
-                to.as_str(),
-                rustix::fs::RenameFlags::NOREPLACE,
-            )
-        } else {
-            rustix::fs::unlinkat(folder, from.as_str(), AtFlags::empty())
-        };
-        if took.is_ok() {
-            if new_ticket(folder, &count.saturating_sub(r).to_string()).is_ok() {
-                return false;
-            }
-            // Taken from the counter but not made (a full disk): that ticket is lost.
-            break;
-        }
-    }
-    count_entries(folder).is_ok_and(|n| n == 0)
-}
-
 /// Makes the empty file `name` in `folder`: one `openat` (`O_CREAT | O_EXCL`, which needs no
 /// check of what it opened) and its `close`. (`mknodat` would save the `close`, but took 0.9 ms
 /// a call on this ext4 against 0.07 ms for `openat`, `strace -c -w`.)
@@ -165,22 +169,38 @@ fn new_ticket(folder: &OwnedFd, name: &str) -> io::Result<()> {
     open_at(folder, name, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL).map(drop)
 }
 
-/// The names of a folder but `.` and `..`.
+/// The names of a folder but `.` and `..`, read through `dir` itself, just opened
+/// (`rustix::fs::Dir::read_from` would open the folder again: an `fcntl`, an `openat` and a
+/// `close` more on each counted download).
 fn entries(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+    let mut raw = rustix::fs::RawDir::new(dir, &mut buf);
     let mut out = Vec::new();
-    let mut d = rustix::fs::Dir::read_from(dir.as_fd())?;
-    while let Some(e) = d.read() {
+    while let Some(e) = raw.next() {
         let e = e?;
-        let raw = e.file_name().to_bytes();
-        if raw != b"." && raw != b".." {
-            out.push(raw.to_vec());
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push(name.to_vec());
         }
     }
     Ok(out)
 }
 
+/// How many names a folder read before has now.
 fn count_entries(dir: &OwnedFd) -> io::Result<usize> {
+    rustix::fs::seek(dir, rustix::fs::SeekFrom::Start(0))?;
     entries(dir).map(|e| e.len())
+}
+
+/// Empties and removes the folder `raw` of `tickets`.
+fn remove_folder(tickets: &OwnedFd, raw: &[u8]) {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if let Ok(folder) = rustix::fs::openat(tickets, raw, flags, Mode::empty()) {
+        for name in entries(&folder).unwrap_or_default() {
+            let _ = rustix::fs::unlinkat(&folder, name.as_slice(), AtFlags::empty());
+        }
+    }
+    let _ = rustix::fs::unlinkat(tickets, raw, AtFlags::REMOVEDIR);
 }
 
 impl Store {
@@ -211,79 +231,121 @@ impl Store {
         }
     }
 
-    /// Before a counted file's renames: one ticket per download its sender asked for.
-    pub(super) fn issue_tickets(&self, sidecar: &Sidecar) -> io::Result<()> {
-        let (Some(n), Some(inode)) = (sidecar.max_downloads, sidecar.inode) else {
-            return Ok(());
-        };
+    /// The first download of a version: its folder with its first tickets, built under a
+    /// private name and renamed into place whole (a concurrent first download's folder, if it
+    /// won, is the one opened). `None`: the version is past the store's longest life, when
+    /// the walk may already have removed the folder it had.
+    fn start_tickets(&self, version: Version, count: u64) -> io::Result<Option<OwnedFd>> {
+        if super::now_secs() - version.depot > self.lifetimes.max_age {
+            return Ok(None);
+        }
         let tickets = self.tickets(true)?.expect("created");
-        let folder = Version::of(sidecar, inode).folder();
-        match rustix::fs::mkdirat(tickets, folder.as_str(), Mode::RWXU) {
-            Ok(()) => {}
-            Err(e) if e == rustix::io::Errno::EXIST => {}
-            Err(e) => return Err(e.into()),
+        // Unique among this process's threads; one left by a killed builder goes with the walk.
+        static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let building = format!("{}.{}-{seq}", version.folder(), std::process::id());
+        if let Err(e) = rustix::fs::mkdirat(tickets, building.as_str(), Mode::RWXU) {
+            if e != rustix::io::Errno::EXIST {
+                return Err(e.into());
+            }
+            // Left by a killed process of the same id.
+            remove_folder(tickets, building.as_bytes());
+            rustix::fs::mkdirat(tickets, building.as_str(), Mode::RWXU)?;
         }
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let dir = rustix::fs::openat(tickets, folder.as_str(), flags, Mode::empty())?;
-        let live = n.min(LIVE_TICKETS);
-        let reserve = (n > live).then(|| format!("{RESERVE_PREFIX}{}", n - live));
-        let names = (0..live).map(|k| k.to_string()).chain(reserve);
-        for name in names {
-            match new_ticket(&dir, &name) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
+        let built = (|| {
+            let dir = rustix::fs::openat(tickets, building.as_str(), flags, Mode::empty())?;
+            for k in 0..count.min(LIVE_TICKETS) {
+                new_ticket(&dir, &k.to_string())?;
             }
-        }
-        Ok(())
+            rustix::fs::renameat_with(
+                tickets,
+                building.as_str(),
+                tickets,
+                version.folder().as_str(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .or_else(|e| {
+                if e == rustix::io::Errno::EXIST {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })?;
+            Ok::<_, io::Error>(())
+        })();
+        // Lost the race (or failed): the private folder goes, the winner's is used.
+        remove_folder(tickets, building.as_bytes());
+        built?;
+        self.version_folder(version)
     }
 
-    /// A download of the version `version` of a file with `sidecar`: takes one of its tickets
-    /// when it is counted. Never waits: a ticket held by another transfer is skipped.
-    pub fn take_download(&self, sidecar: &Sidecar, version: Version) -> Result<Take, StoreError> {
+    /// A download of the version `version` of the file `name` with `sidecar`: takes one of its
+    /// tickets when it is counted. Never waits: a ticket held by another transfer is skipped.
+    pub fn take_download(
+        &self,
+        name: &Name,
+        sidecar: &Sidecar,
+        version: Version,
+    ) -> Result<Take, StoreError> {
         let Some(count) = sidecar.max_downloads else {
             return Ok(Take::Uncounted);
         };
-        let Some(folder) = self.version_folder(version)? else {
-            return Ok(Take::Spent);
+        let folder = match self.version_folder(version)? {
+            Some(folder) => folder,
+            None => match self.start_tickets(version, count)? {
+                Some(folder) => folder,
+                None => return Ok(Take::Spent),
+            },
         };
         let names = entries(&folder)?;
         if names.is_empty() {
             return Ok(Take::Spent);
         }
         for raw in names {
-            if raw.starts_with(RESERVE_PREFIX.as_bytes()) {
-                continue;
-            }
-            let Ok(name) = String::from_utf8(raw) else {
+            let Some(k) = ticket_of(&raw, count) else {
                 continue;
             };
-            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK;
-            let Ok(file) = open_at(&folder, &name, flags) else {
+            // Never read: opened without waiting (a pipe put there opens at once), and
+            // left so; one `fstat` says what it is and which inode.
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let Ok(fd) = rustix::fs::openat(&folder, raw.as_slice(), flags, Mode::empty()) else {
                 continue;
             };
-            let Ok(st) = rustix::fs::fstat(&file) else {
+            let Ok(st) = rustix::fs::fstat(&fd) else {
                 continue;
             };
             if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
             {
                 continue;
             }
+            let file = File::from(fd);
             match file.try_lock() {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => continue,
                 Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
             }
-            // Spent (unlinked) between the open and the lock: not a ticket any more.
-            let still = rustix::fs::statat(&folder, name.as_str(), AtFlags::SYMLINK_NOFOLLOW);
-            if still.is_ok_and(|s| s.st_ino == st.st_ino && s.st_dev == st.st_dev) {
-                return Ok(Take::Taken(Ticket {
-                    folder,
-                    name,
-                    count,
-                    file,
-                }));
+            // Spent (renamed or unlinked) between the open and the lock: not this ticket now.
+            let still = rustix::fs::statat(&folder, raw.as_slice(), AtFlags::SYMLINK_NOFOLLOW);
+            if !still.is_ok_and(|s| s.st_ino == st.st_ino && s.st_dev == st.st_dev) {
+                continue;
             }
+            let ticket = Ticket {
+                folder,
+                k,
+                count,
+                file,
+            };
+            // Still the file under its name (the caller holds it open: its inode cannot be
+            // another's): a folder made after its pair went serves nothing, and goes.
+            let current =
+                rustix::fs::statat(&self.root_fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW);
+            if !current.is_ok_and(|s| s.st_ino == version.inode) {
+                drop(ticket);
+                self.drop_tickets(version);
+                return Ok(Take::Spent);
+            }
+            return Ok(Take::Taken(ticket));
         }
         Ok(if count_entries(&folder)? == 0 {
             Take::Spent
@@ -292,33 +354,28 @@ impl Store {
         })
     }
 
-    /// The downloads left to a counted file (`None`: not counted), tickets held included.
+    /// The downloads left to a counted file (`None`: not counted), tickets held included; all
+    /// of them while it was never downloaded.
     pub fn downloads_left(&self, sidecar: &Sidecar, version: Version) -> Option<u64> {
-        sidecar.max_downloads?;
+        let count = sidecar.max_downloads?;
         let names = match self.version_folder(version) {
             Ok(Some(folder)) => entries(&folder).unwrap_or_default(),
-            _ => Vec::new(),
+            Ok(None) => return Some(count),
+            Err(_) => Vec::new(),
         };
         Some(
             names
                 .iter()
-                .map(|raw| match reserve_of(raw) {
-                    Some(r) => r,
-                    None => u64::from(!raw.starts_with(RESERVE_PREFIX.as_bytes())),
-                })
+                .filter_map(|raw| ticket_of(raw, count))
+                .map(|k| downloads_of(k, count))
                 .sum(),
         )
     }
 
     /// Removes a version's tickets and their folder.
     fn drop_tickets(&self, version: Version) {
-        if let Ok(Some(folder)) = self.version_folder(version) {
-            for raw in entries(&folder).unwrap_or_default() {
-                let _ = rustix::fs::unlinkat(&folder, raw.as_slice(), AtFlags::empty());
-            }
-        }
         if let Ok(Some(tickets)) = self.tickets(false) {
-            let _ = rustix::fs::unlinkat(tickets, version.folder(), AtFlags::REMOVEDIR);
+            remove_folder(tickets, version.folder().as_bytes());
         }
     }
 
@@ -371,13 +428,7 @@ impl Store {
         let Ok(Some(tickets)) = self.tickets(false) else {
             return;
         };
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        if let Ok(folder) = rustix::fs::openat(tickets, raw, flags, Mode::empty()) {
-            for name in entries(&folder).unwrap_or_default() {
-                let _ = rustix::fs::unlinkat(&folder, name.as_slice(), AtFlags::empty());
-            }
-        }
-        let _ = rustix::fs::unlinkat(tickets, raw, AtFlags::REMOVEDIR);
+        remove_folder(tickets, raw);
     }
 
     /// The folder of tickets for the walk (`None` when there is none).

@@ -8,7 +8,7 @@
 //! - `.tmp/index/`: the expiry index (`index.rs`) and the totals of what is stored, with the
 //!   check that keeps them true (`total.rs`);
 //! - `.tmp/reprises/`: the resumable uploads, their data and state (`reprise.rs`);
-//! - `.tmp/telechargements/`: one ticket per download left of each counted file
+//! - `.tmp/telechargements/`: the tickets of each counted file once downloaded, at most 8
 //!   (`downloads.rs`);
 //! - `.tmp/envoi-*`: second names of stored files handed to the web server by `X-Sendfile`
 //!   ([`Store::sendfile_alias`]), removed by the sweep after a minute;

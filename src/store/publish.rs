@@ -316,8 +316,6 @@ impl Upload {
         // The new pair's deadline: its mtime is its depot time.
         let lifetimes = store.lifetimes.of(sidecar);
         store.file_entry(name, lifetimes.shortest_from(sidecar.depot_timestamp))?;
-        // A counted file's tickets, before it can be served (specification §2.6).
-        store.issue_tickets(sidecar)?;
         pause_point("apres-entree-index");
         // Before the guard: the pair this one replaces is freed after the lock is let go.
         let mut victims = Victims::default();

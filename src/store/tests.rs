@@ -1536,20 +1536,20 @@ fn a_counted_file_is_served_exactly_its_count() {
     let v = Version::of(&found.sidecar, found.ino);
     assert_eq!(store.downloads_left(&found.sidecar, v), Some(2));
     // Two transfers at once hold the two downloads; a third finds none free.
-    let a = taken(store.take_download(&found.sidecar, v).unwrap());
-    let b = taken(store.take_download(&found.sidecar, v).unwrap());
+    let a = taken(store.take_download(&name, &found.sidecar, v).unwrap());
+    let b = taken(store.take_download(&name, &found.sidecar, v).unwrap());
     assert!(matches!(
-        store.take_download(&found.sidecar, v).unwrap(),
+        store.take_download(&name, &found.sidecar, v).unwrap(),
         Take::AllTaken
     ));
     // One cut (dropped unspent): its download serves again.
     drop(a);
-    let a = taken(store.take_download(&found.sidecar, v).unwrap());
+    let a = taken(store.take_download(&name, &found.sidecar, v).unwrap());
     assert!(!a.spend(), "one left");
     assert_eq!(store.downloads_left(&found.sidecar, v), Some(1));
     assert!(b.spend(), "the last one");
     assert!(matches!(
-        store.take_download(&found.sidecar, v).unwrap(),
+        store.take_download(&name, &found.sidecar, v).unwrap(),
         Take::Spent
     ));
     assert_eq!(store.downloads_left(&found.sidecar, v), Some(0));
@@ -1572,8 +1572,9 @@ fn a_counted_file_is_served_exactly_its_count() {
     // A file nobody counted is not counted.
     let p = put(&store, "libre.bin", b"x");
     let v = Version::of(&p.sidecar, p.sidecar.inode.unwrap());
+    let name = Name::parse(b"libre.bin").unwrap();
     assert!(matches!(
-        store.take_download(&p.sidecar, v).unwrap(),
+        store.take_download(&name, &p.sidecar, v).unwrap(),
         Take::Uncounted
     ));
     assert_eq!(store.downloads_left(&p.sidecar, v), None);
@@ -1614,61 +1615,129 @@ fn the_walk_removes_the_tickets_of_versions_gone() {
         max_age_secs: None,
         max_downloads: Some(3),
     };
-    put_with(&store, "v.bin", b"1", life);
-    // A new upload of the name: the first version's tickets stay until its latest deadline.
-    put_with(&store, "v.bin", b"22", life);
+    let name = Name::parse(b"v.bin").unwrap();
     let tickets = d.path().join("files/.tmp/telechargements");
+    // Tickets are made by a version's first download, not by its upload.
+    let p = put_with(&store, "v.bin", b"1", life);
+    assert!(!tickets.exists());
+    let v = Version::of(&p.sidecar, p.sidecar.inode.unwrap());
+    drop(taken(store.take_download(&name, &p.sidecar, v).unwrap()));
+    // A new upload of the name: the first version's tickets stay until its latest deadline.
+    let p = put_with(&store, "v.bin", b"22", life);
+    let v = Version::of(&p.sidecar, p.sidecar.inode.unwrap());
+    drop(taken(store.take_download(&name, &p.sidecar, v).unwrap()));
     assert_eq!(names_in(&tickets).len(), 2);
+    // And a folder a killed first download was building.
+    std::fs::create_dir(tickets.join(format!("{}.4242-7", v.folder()))).unwrap();
     let old = cfg.expiry.max_age_secs as i64 + 5;
-    let first = names_in(&tickets)[0].clone();
-    let mut parts: Vec<String> = first.split('.').map(String::from).collect();
-    parts[0] = (parts[0].parse::<i64>().unwrap() - old).to_string();
-    std::fs::rename(tickets.join(&first), tickets.join(parts.join("."))).unwrap();
-    store.walked_tickets(parts.join(".").as_bytes(), now_secs());
+    let mut walked = Vec::new();
+    for (i, first) in names_in(&tickets).into_iter().enumerate() {
+        if first == v.folder() {
+            continue;
+        }
+        let mut parts: Vec<String> = first.split('.').map(String::from).collect();
+        parts[0] = (parts[0].parse::<i64>().unwrap() - old - i as i64).to_string();
+        std::fs::rename(tickets.join(&first), tickets.join(parts.join("."))).unwrap();
+        walked.push(parts.join("."));
+    }
+    assert_eq!(walked.len(), 2, "{walked:?}");
+    for w in &walked {
+        store.walked_tickets(w.as_bytes(), now_secs());
+    }
     let left = names_in(&tickets);
-    assert_eq!(left.len(), 1, "{left:?}");
-    assert_ne!(left[0], parts.join("."));
+    assert_eq!(left, vec![v.folder()]);
+    // The walk leaves a live version's folder alone.
+    store.walked_tickets(v.folder().as_bytes(), now_secs());
+    assert_eq!(names_in(&tickets), vec![v.folder()]);
 }
 
 #[test]
-fn a_large_count_makes_few_tickets_and_refills_them() {
+fn a_large_count_makes_few_tickets_and_spends_them_forward() {
     let d = tempfile::tempdir().unwrap();
     let (_, store) = test_store(d.path(), "");
     let life = Life {
         max_age_secs: None,
-        max_downloads: Some(10),
+        max_downloads: Some(20),
     };
-    let p = put_with(&store, "dix.bin", b"abc", life);
+    let p = put_with(&store, "vingt.bin", b"abc", life);
+    let name = Name::parse(b"vingt.bin").unwrap();
     let v = Version::of(&p.sidecar, p.sidecar.inode.unwrap());
-    let folder = names_in(&d.path().join("files/.tmp/telechargements"))[0].clone();
-    let tickets = d.path().join("files/.tmp/telechargements").join(folder);
-    assert_eq!(names_in(&tickets).len() as u64, downloads::LIVE_TICKETS + 1);
-    assert_eq!(store.downloads_left(&p.sidecar, v), Some(10));
+    assert_eq!(store.downloads_left(&p.sidecar, v), Some(20));
     // As many transfers at once as live tickets.
     let mut held: Vec<Ticket> = (0..downloads::LIVE_TICKETS)
-        .map(|_| taken(store.take_download(&p.sidecar, v).unwrap()))
+        .map(|_| taken(store.take_download(&name, &p.sidecar, v).unwrap()))
         .collect();
+    let tickets = d.path().join("files/.tmp/telechargements").join(v.folder());
+    let mut on_disk = names_in(&tickets);
+    on_disk.sort_by_key(|n| n.parse::<u64>().unwrap());
+    assert_eq!(on_disk, (0..8).map(|k| k.to_string()).collect::<Vec<_>>());
     assert!(matches!(
-        store.take_download(&p.sidecar, v).unwrap(),
+        store.take_download(&name, &p.sidecar, v).unwrap(),
         Take::AllTaken
     ));
-    // A spent ticket brings the next one from the counter.
-    assert!(!held.pop().unwrap().spend());
-    assert_eq!(store.downloads_left(&p.sidecar, v), Some(9));
-    held.push(taken(store.take_download(&p.sidecar, v).unwrap()));
+    assert_eq!(store.downloads_left(&p.sidecar, v), Some(20));
+    // A spent ticket becomes its successor (every one of the first 8 has one below 20).
+    assert!(!held.remove(0).spend());
+    let on_disk: Vec<u64> = names_in(&tickets)
+        .iter()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(on_disk.len(), 8, "{on_disk:?}");
+    assert_eq!(
+        on_disk.iter().filter(|&&k| k >= 8).count(),
+        1,
+        "{on_disk:?}"
+    );
+    assert_eq!(store.downloads_left(&p.sidecar, v), Some(19));
+    held.push(taken(store.take_download(&name, &p.sidecar, v).unwrap()));
     let mut spent = 1;
     let mut last = false;
     while let Some(t) = held.pop() {
         last = t.spend();
         spent += 1;
-        if let Take::Taken(t) = store.take_download(&p.sidecar, v).unwrap() {
+        if let Take::Taken(t) = store.take_download(&name, &p.sidecar, v).unwrap() {
             held.push(t);
         }
     }
-    assert_eq!(spent, 10, "exactly the count");
+    assert_eq!(spent, 20, "exactly the count");
     assert!(last);
+    assert_eq!(store.downloads_left(&p.sidecar, v), Some(0));
     assert!(matches!(
-        store.take_download(&p.sidecar, v).unwrap(),
+        store.take_download(&name, &p.sidecar, v).unwrap(),
+        Take::Spent
+    ));
+}
+
+#[test]
+fn tickets_made_after_the_pair_went_serve_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, store) = test_store(d.path(), "");
+    let life = Life {
+        max_age_secs: None,
+        max_downloads: Some(1),
+    };
+    let p = put_with(&store, "un.bin", b"abc", life);
+    let name = Name::parse(b"un.bin").unwrap();
+    let found = store.lookup(&name).unwrap().unwrap();
+    let v = Version::of(&found.sidecar, found.ino);
+    // The only download is spent and the pair removed, while another download of the same
+    // version, which opened the file before, has not yet taken a ticket.
+    let t = taken(store.take_download(&name, &p.sidecar, v).unwrap());
+    assert!(t.spend());
+    assert!(store.remove_version(&name, Some(v)).unwrap());
+    let tickets = d.path().join("files/.tmp/telechargements");
+    assert!(names_in(&tickets).is_empty());
+    // It finds no folder, makes one, and learns that its version has gone: nothing served,
+    // nothing left.
+    assert!(matches!(
+        store.take_download(&name, &found.sidecar, v).unwrap(),
+        Take::Spent
+    ));
+    assert!(names_in(&tickets).is_empty(), "{:?}", names_in(&tickets));
+    // A new upload of the name is another version: the old one still gets nothing.
+    put_with(&store, "un.bin", b"new", life);
+    assert!(matches!(
+        store.take_download(&name, &found.sidecar, v).unwrap(),
         Take::Spent
     ));
 }

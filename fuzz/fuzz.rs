@@ -13,15 +13,15 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use depot_fichiers::access::links::UploadId;
 use depot_fichiers::app::App;
+use depot_fichiers::endpoints::mcp::protocol::{self, Ctx, McpHeaders, Reply};
+use depot_fichiers::endpoints::mcp::tool::{FileOutcome, Mode, ToolCtx};
+use depot_fichiers::endpoints::router;
 use depot_fichiers::fastcgi::record::{self, DecodeError};
 use depot_fichiers::fastcgi::{ConnConfig, serve_connection};
 use depot_fichiers::http::{Body, Handler, Params, Request, Response, ResponseBody};
-use depot_fichiers::liens::UploadId;
-use depot_fichiers::mcp::protocol::{self, Ctx, McpHeaders, Reply};
-use depot_fichiers::mcp::tool::{FileOutcome, Mode, ToolCtx};
 use depot_fichiers::names::{self, MAX_NAME_BYTES, Name};
-use depot_fichiers::router;
 use depot_test_support::config::TestConfig;
 use harness::{Target, fuzz};
 use serde_json::Value;
@@ -602,8 +602,8 @@ fn t_jsonrpc(data: &[u8]) -> String {
             size: 3,
             content: (mode == Mode::Base64).then(|| "YWJj".to_string()),
             upload: UploadId {
-                depot_timestamp: 0,
-                depot_nanosecondes: 0,
+                uploaded_at: 0,
+                uploaded_nanos: 0,
                 inode: 0,
             },
         },

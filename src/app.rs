@@ -175,32 +175,3 @@ fn open_store_and_log(cfg: &Config) -> std::io::Result<(Store, Log)> {
     }
     Ok((store, log))
 }
-
-/// `Authorization: Bearer <token_acces>`: the header read by the one bearer parser
-/// ([`crate::oauth::bearer::parse`]), the token compared in constant time
-/// ([`Config::access_token_matches`]).
-pub fn bearer_matches(header: Option<&str>, cfg: &Config) -> bool {
-    crate::oauth::bearer::parse(header).is_ok_and(|t| cfg.access_token_matches(t.as_bytes()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer() {
-        let cfg = crate::oauth::tests::config();
-        let t = "0123456789abcdef0123456789abcdef";
-        let matches = |h: &str| bearer_matches(Some(h), &cfg);
-        assert!(matches(&format!("Bearer {t}")));
-        assert!(matches(&format!("bEaReR  {t} ")));
-        assert!(!matches(&format!("Basic {t}")));
-        assert!(!matches("Bearer"));
-        assert!(!matches(&format!("Bearer {t}x")));
-        assert!(!bearer_matches(None, &cfg));
-        // The parser of the OAuth bearer: spaces only between the scheme and the token.
-        assert!(!matches(&format!("Bearer\t{t}")));
-        assert!(!matches(&format!("Bearer \t{t}")));
-        assert!(!matches(&format!("Bearer {t}\u{a0}")));
-    }
-}

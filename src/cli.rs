@@ -49,22 +49,28 @@ pub enum Command {
     /// capacité, retard de l'index des échéances, marche, dernier balayage, dernières erreurs du
     /// journal ; code de sortie à la Nagios (0 bon, 1 attention, 2 critique, 3 inconnu) ; en
     /// root, lit sous le compte propriétaire du dépôt
-    Etat {
+    #[command(name = "etat")]
+    Status {
         /// Sortie JSON pour la supervision (clés stables, décrites dans le README)
         #[arg(long)]
         json: bool,
         /// Compte aussi les fichiers du dépôt, sans verrou, et dit l'écart avec les totaux
         /// tenus (lit tout le dossier : long sur un gros dépôt)
-        #[arg(long)]
-        compter: bool,
+        #[arg(long = "compter")]
+        count: bool,
     },
     /// Affiche le paragraphe à coller dans les consignes permanentes de l'agent
-    Consignes {
+    #[command(name = "consignes")]
+    Instructions {
         /// Inclure le vrai token au lieu de <TOKEN_ACCES>
-        #[arg(long)]
-        avec_token: bool,
+        #[arg(long = "avec-token")]
+        with_token: bool,
         /// Nom du connecteur MCP tel que déclaré chez le client
-        #[arg(long, default_value = "depot-fichiers")]
-        connecteur: String,
+        #[arg(
+            long = "connecteur",
+            value_name = "CONNECTEUR",
+            default_value = "depot-fichiers"
+        )]
+        connector: String,
     },
 }

@@ -14,39 +14,39 @@ pub const MOD_FCGID_MAX_REQUEST_LEN: u64 = 131_072;
 /// Everything that can go wrong on `/upload.php` and `/download.php`.
 #[derive(Debug)]
 pub enum ApiError {
-    TokenInvalide,
-    FichierAbsent,
-    RequeteInvalide(String),
-    NomInvalide(NameError),
-    FichierTropVolumineux(u64),
+    InvalidToken,
+    NoFile,
+    BadRequest(String),
+    InvalidName(NameError),
+    FileTooLarge(u64),
     /// A multipart upload announced with `CONTENT_LENGTH=0`: the web server dropped the body as
     /// too large for its own limit (mod_fcgid calls the program with an empty body when the
     /// `Content-Length` exceeds `LimitRequestBody`), before the program could see it.
-    CorpsEcarte,
-    FichierIntrouvable,
-    MethodeNonAutorisee(&'static str),
-    PlageInvalide(u64),
-    StockagePlein(String),
+    BodyDiscarded,
+    FileNotFound,
+    MethodNotAllowed(&'static str),
+    InvalidRange(u64),
+    StorageFull(String),
     /// The store lock stayed held past its deadline: retry after this many seconds.
-    StockageOccupe(u64),
-    ErreurInterne(String),
+    StorageBusy(u64),
+    Internal(String),
     /// The bytes received do not have the SHA-256 the sender stated: nothing was published.
-    EmpreinteIncorrecte {
+    DigestMismatch {
         /// What the sender stated (hexadecimal).
         annoncee: String,
         /// What the bytes received have (hexadecimal).
         recue: String,
     },
     /// No resumable upload of that id (never created, expired, cancelled, forged).
-    RepriseIntrouvable,
+    ResumableNotFound,
     /// A part sent at another offset than the upload's: the offset to resume from.
-    DecalageIncorrect(u64),
+    OffsetMismatch(u64),
     /// Another request is writing to the same resumable upload.
-    RepriseOccupee,
+    ResumableBusy,
     /// A part beyond the announced length, or lengths that contradict each other.
-    LongueurIncoherente(String),
+    LengthMismatch(String),
     /// The resumable upload was already published: nothing can be appended.
-    RepriseTerminee,
+    ResumableFinished,
     /// As many resumable uploads are unfinished as the store allows (`nombre_max_reprises_en_cours`).
     TooManyResumables(u64),
     /// Another request still writes to the resumable upload after the offset query (or the
@@ -64,56 +64,56 @@ pub enum ApiError {
     RangeOnCountedFile(u64),
     /// The configuration (or the folders it names) cannot be used: the reason, for the site's
     /// error log only (it names paths and keys, which the public is not told).
-    ServeurMalConfigure(String),
+    Misconfigured(String),
 }
 
 impl ApiError {
     pub fn status(&self) -> u16 {
         match self {
-            ApiError::TokenInvalide => 401,
-            ApiError::FichierAbsent
-            | ApiError::RequeteInvalide(_)
-            | ApiError::NomInvalide(_)
-            | ApiError::EmpreinteIncorrecte { .. }
-            | ApiError::LongueurIncoherente(_)
-            | ApiError::RepriseTerminee
+            ApiError::InvalidToken => 401,
+            ApiError::NoFile
+            | ApiError::BadRequest(_)
+            | ApiError::InvalidName(_)
+            | ApiError::DigestMismatch { .. }
+            | ApiError::LengthMismatch(_)
+            | ApiError::ResumableFinished
             | ApiError::InvalidMaxAge(_)
             | ApiError::InvalidDownloadCount(_) => 400,
             ApiError::PreviewRefused => 406,
-            ApiError::RepriseIntrouvable => 404,
-            ApiError::DecalageIncorrect(_) | ApiError::RepriseOccupee => 409,
-            ApiError::FichierTropVolumineux(_) | ApiError::CorpsEcarte => 413,
-            ApiError::FichierIntrouvable => 404,
-            ApiError::MethodeNonAutorisee(_) => 405,
-            ApiError::PlageInvalide(_) | ApiError::RangeOnCountedFile(_) => 416,
-            ApiError::StockagePlein(_) | ApiError::TooManyResumables(_) => 507,
-            ApiError::StockageOccupe(_) | ApiError::ResumableWriting => 503,
-            ApiError::ErreurInterne(_) | ApiError::ServeurMalConfigure(_) => 500,
+            ApiError::ResumableNotFound => 404,
+            ApiError::OffsetMismatch(_) | ApiError::ResumableBusy => 409,
+            ApiError::FileTooLarge(_) | ApiError::BodyDiscarded => 413,
+            ApiError::FileNotFound => 404,
+            ApiError::MethodNotAllowed(_) => 405,
+            ApiError::InvalidRange(_) | ApiError::RangeOnCountedFile(_) => 416,
+            ApiError::StorageFull(_) | ApiError::TooManyResumables(_) => 507,
+            ApiError::StorageBusy(_) | ApiError::ResumableWriting => 503,
+            ApiError::Internal(_) | ApiError::Misconfigured(_) => 500,
         }
     }
 
     pub fn code(&self) -> &'static str {
         match self {
-            ApiError::TokenInvalide => "token_invalide",
-            ApiError::FichierAbsent => "fichier_absent",
-            ApiError::RequeteInvalide(_) => "requete_invalide",
-            ApiError::NomInvalide(_) => "nom_invalide",
-            ApiError::FichierTropVolumineux(_) | ApiError::CorpsEcarte => "fichier_trop_volumineux",
-            ApiError::FichierIntrouvable => "fichier_introuvable",
-            ApiError::MethodeNonAutorisee(_) => "methode_non_autorisee",
-            ApiError::PlageInvalide(_) | ApiError::RangeOnCountedFile(_) => "plage_invalide",
+            ApiError::InvalidToken => "token_invalide",
+            ApiError::NoFile => "fichier_absent",
+            ApiError::BadRequest(_) => "requete_invalide",
+            ApiError::InvalidName(_) => "nom_invalide",
+            ApiError::FileTooLarge(_) | ApiError::BodyDiscarded => "fichier_trop_volumineux",
+            ApiError::FileNotFound => "fichier_introuvable",
+            ApiError::MethodNotAllowed(_) => "methode_non_autorisee",
+            ApiError::InvalidRange(_) | ApiError::RangeOnCountedFile(_) => "plage_invalide",
             ApiError::InvalidMaxAge(_) => "duree_invalide",
             ApiError::InvalidDownloadCount(_) => "telechargements_invalides",
             ApiError::PreviewRefused => "apercu_refuse",
-            ApiError::StockagePlein(_) => "stockage_plein",
-            ApiError::StockageOccupe(_) => "stockage_occupe",
-            ApiError::ErreurInterne(_) | ApiError::ServeurMalConfigure(_) => "erreur_interne",
-            ApiError::EmpreinteIncorrecte { .. } => "empreinte_incorrecte",
-            ApiError::RepriseIntrouvable => "reprise_introuvable",
-            ApiError::DecalageIncorrect(_) => "decalage_incorrect",
-            ApiError::RepriseOccupee | ApiError::ResumableWriting => "reprise_occupee",
-            ApiError::LongueurIncoherente(_) => "longueur_incoherente",
-            ApiError::RepriseTerminee => "reprise_terminee",
+            ApiError::StorageFull(_) => "stockage_plein",
+            ApiError::StorageBusy(_) => "stockage_occupe",
+            ApiError::Internal(_) | ApiError::Misconfigured(_) => "erreur_interne",
+            ApiError::DigestMismatch { .. } => "empreinte_incorrecte",
+            ApiError::ResumableNotFound => "reprise_introuvable",
+            ApiError::OffsetMismatch(_) => "decalage_incorrect",
+            ApiError::ResumableBusy | ApiError::ResumableWriting => "reprise_occupee",
+            ApiError::LengthMismatch(_) => "longueur_incoherente",
+            ApiError::ResumableFinished => "reprise_terminee",
             ApiError::TooManyResumables(_) => "trop_de_reprises",
         }
     }
@@ -121,56 +121,56 @@ impl ApiError {
     /// The French sentence sent to the client. Internal details are never sent (they are logged).
     pub fn message(&self) -> String {
         match self {
-            ApiError::TokenInvalide => "Token d'accès absent ou invalide.".into(),
-            ApiError::FichierAbsent => {
+            ApiError::InvalidToken => "Token d'accès absent ou invalide.".into(),
+            ApiError::NoFile => {
                 "Aucun fichier reçu : envoyer le fichier dans le champ « fichier » (curl -F fichier=@chemin)."
                     .into()
             }
-            ApiError::RequeteInvalide(why) => format!("Requête invalide : {why}."),
-            ApiError::NomInvalide(e) => format!("Nom de fichier invalide : {e}."),
-            ApiError::FichierTropVolumineux(max) => {
+            ApiError::BadRequest(why) => format!("Requête invalide : {why}."),
+            ApiError::InvalidName(e) => format!("Nom de fichier invalide : {e}."),
+            ApiError::FileTooLarge(max) => {
                 format!("Fichier trop volumineux : {max} octets au maximum.")
             }
-            ApiError::CorpsEcarte => format!(
+            ApiError::BodyDiscarded => format!(
                 "Fichier trop volumineux pour le serveur web : il n'a transmis aucun octet de la \
                  requête, plus grande que sa limite (LimitRequestBody ; sous mod_fcgid, \
                  FcgidMaxRequestLen, {MOD_FCGID_MAX_REQUEST_LEN} octets = 128 Kio si \
                  l'hébergeur ne l'a pas changé)."
             ),
-            ApiError::FichierIntrouvable => "Fichier introuvable ou expiré.".into(),
-            ApiError::MethodeNonAutorisee(allow) => {
+            ApiError::FileNotFound => "Fichier introuvable ou expiré.".into(),
+            ApiError::MethodNotAllowed(allow) => {
                 format!("Méthode non autorisée (méthodes acceptées : {allow}).")
             }
-            ApiError::PlageInvalide(_) => "Plage d'octets (Range) impossible à satisfaire.".into(),
-            ApiError::StockagePlein(_) => {
+            ApiError::InvalidRange(_) => "Plage d'octets (Range) impossible à satisfaire.".into(),
+            ApiError::StorageFull(_) => {
                 "Espace de stockage insuffisant : réessayer plus tard ou avec un fichier plus petit."
                     .into()
             }
-            ApiError::StockageOccupe(secs) => format!(
+            ApiError::StorageBusy(secs) => format!(
                 "Stockage momentanément occupé : réessayer dans {secs} s (en-tête Retry-After)."
             ),
-            ApiError::ErreurInterne(_) => "Erreur interne du serveur.".into(),
-            ApiError::EmpreinteIncorrecte { .. } => {
+            ApiError::Internal(_) => "Erreur interne du serveur.".into(),
+            ApiError::DigestMismatch { .. } => {
                 "Les octets reçus n'ont pas l'empreinte SHA-256 annoncée : rien n'a été publié \
                  ni gardé. Recommencer le dépôt."
                     .into()
             }
-            ApiError::RepriseIntrouvable => {
+            ApiError::ResumableNotFound => {
                 "Reprise introuvable : identifiant inconnu, reprise expirée ou annulée. \
                  Recommencer le dépôt."
                     .into()
             }
-            ApiError::DecalageIncorrect(at) => format!(
+            ApiError::OffsetMismatch(at) => format!(
                 "Décalage incorrect : le dépôt en est à l'octet {at} ; reprendre de là (en-tête \
                  Upload-Offset)."
             ),
-            ApiError::RepriseOccupee => {
+            ApiError::ResumableBusy => {
                 "Une autre requête écrit en ce moment dans cette reprise : redemander le décalage \
                  (HEAD) dans un instant, puis reprendre."
                     .into()
             }
-            ApiError::LongueurIncoherente(why) => format!("Longueur incohérente : {why}."),
-            ApiError::RepriseTerminee => {
+            ApiError::LengthMismatch(why) => format!("Longueur incohérente : {why}."),
+            ApiError::ResumableFinished => {
                 "Cette reprise est déjà publiée : rien ne peut plus y être ajouté (un GET de son \
                  adresse rend la réponse du dépôt)."
                     .into()
@@ -202,7 +202,7 @@ impl ApiError {
                  plage (Range) ; rien n'a été dépensé."
                     .into()
             }
-            ApiError::ServeurMalConfigure(_) => {
+            ApiError::Misconfigured(_) => {
                 "Serveur mal configuré : la raison est écrite dans le journal d'erreurs du site \
                  (mod_fcgid, mod_cgi ; celui du serveur avec mod_cgid), et « depot-fichiers \
                  check-config », lancé sous le compte du site, la donne aussi."
@@ -215,33 +215,33 @@ impl ApiError {
     /// not told; `method` is the request's, named when it is the reason.
     pub fn log_words(&self, method: &str) -> String {
         match self {
-            ApiError::TokenInvalide => "token invalide".into(),
-            ApiError::FichierAbsent => "fichier absent".into(),
-            ApiError::RequeteInvalide(d) => format!("requête invalide ({d})"),
-            ApiError::NomInvalide(why) => format!("nom invalide : {why}"),
-            ApiError::FichierTropVolumineux(_) => "fichier trop volumineux".into(),
-            ApiError::CorpsEcarte => {
+            ApiError::InvalidToken => "token invalide".into(),
+            ApiError::NoFile => "fichier absent".into(),
+            ApiError::BadRequest(d) => format!("requête invalide ({d})"),
+            ApiError::InvalidName(why) => format!("nom invalide : {why}"),
+            ApiError::FileTooLarge(_) => "fichier trop volumineux".into(),
+            ApiError::BodyDiscarded => {
                 "fichier trop volumineux pour le serveur web (corps vide : LimitRequestBody \
                  dépassé, à régler sur FcgidMaxRequestLen)"
                     .into()
             }
-            ApiError::FichierIntrouvable => "fichier introuvable ou expiré".into(),
-            ApiError::MethodeNonAutorisee(_) => format!("méthode {} non autorisée", quoted(method)),
-            ApiError::PlageInvalide(_) => "plage invalide".into(),
-            ApiError::StockagePlein(d) => format!("stockage plein ({d})"),
-            ApiError::StockageOccupe(_) => format!("stockage occupé ({})", StoreError::Busy),
-            ApiError::ErreurInterne(d) => format!("erreur interne ({d})"),
-            ApiError::EmpreinteIncorrecte { annoncee, recue } => {
+            ApiError::FileNotFound => "fichier introuvable ou expiré".into(),
+            ApiError::MethodNotAllowed(_) => format!("méthode {} non autorisée", quoted(method)),
+            ApiError::InvalidRange(_) => "plage invalide".into(),
+            ApiError::StorageFull(d) => format!("stockage plein ({d})"),
+            ApiError::StorageBusy(_) => format!("stockage occupé ({})", StoreError::Busy),
+            ApiError::Internal(d) => format!("erreur interne ({d})"),
+            ApiError::DigestMismatch { annoncee, recue } => {
                 format!("empreinte incorrecte (annoncée {annoncee}, reçue {recue})")
             }
-            ApiError::RepriseIntrouvable => "reprise introuvable ou expirée".into(),
-            ApiError::DecalageIncorrect(at) => format!("décalage incorrect (attendu {at})"),
-            ApiError::RepriseOccupee => "reprise occupée par une autre requête".into(),
+            ApiError::ResumableNotFound => "reprise introuvable ou expirée".into(),
+            ApiError::OffsetMismatch(at) => format!("décalage incorrect (attendu {at})"),
+            ApiError::ResumableBusy => "reprise occupée par une autre requête".into(),
             ApiError::ResumableWriting => {
                 "reprise encore occupée par une autre requête après l'attente".into()
             }
-            ApiError::LongueurIncoherente(why) => format!("longueur incohérente ({why})"),
-            ApiError::RepriseTerminee => "reprise déjà publiée".into(),
+            ApiError::LengthMismatch(why) => format!("longueur incohérente ({why})"),
+            ApiError::ResumableFinished => "reprise déjà publiée".into(),
             ApiError::TooManyResumables(max) => {
                 format!("trop de reprises inachevées ({max} au plus)")
             }
@@ -251,7 +251,7 @@ impl ApiError {
             }
             ApiError::PreviewRefused => "aperçu d'un fichier compté refusé".into(),
             ApiError::RangeOnCountedFile(_) => "plage sur un fichier compté".into(),
-            ApiError::ServeurMalConfigure(d) => format!("serveur mal configuré ({d})"),
+            ApiError::Misconfigured(d) => format!("serveur mal configuré ({d})"),
         }
     }
 
@@ -262,15 +262,15 @@ impl ApiError {
             .header("Cache-Control", "no-store")
             .header("X-Content-Type-Options", "nosniff");
         match self {
-            ApiError::MethodeNonAutorisee(allow) => r.header("Allow", *allow),
-            ApiError::PlageInvalide(size) | ApiError::RangeOnCountedFile(size) => {
+            ApiError::MethodNotAllowed(allow) => r.header("Allow", *allow),
+            ApiError::InvalidRange(size) | ApiError::RangeOnCountedFile(size) => {
                 r.header("Content-Range", format!("bytes */{size}"))
             }
-            ApiError::TokenInvalide => r.header("WWW-Authenticate", "Bearer"),
-            ApiError::StockageOccupe(secs) => r.header("Retry-After", secs.to_string()),
-            ApiError::DecalageIncorrect(at) => r.header("Upload-Offset", at.to_string()),
-            ApiError::RepriseOccupee | ApiError::ResumableWriting => r.header("Retry-After", "1"),
-            ApiError::ServeurMalConfigure(why) => r.with_diagnostic(why.clone()),
+            ApiError::InvalidToken => r.header("WWW-Authenticate", "Bearer"),
+            ApiError::StorageBusy(secs) => r.header("Retry-After", secs.to_string()),
+            ApiError::OffsetMismatch(at) => r.header("Upload-Offset", at.to_string()),
+            ApiError::ResumableBusy | ApiError::ResumableWriting => r.header("Retry-After", "1"),
+            ApiError::Misconfigured(why) => r.with_diagnostic(why.clone()),
             _ => r,
         }
     }
@@ -278,19 +278,19 @@ impl ApiError {
 
 impl From<NameError> for ApiError {
     fn from(e: NameError) -> Self {
-        ApiError::NomInvalide(e)
+        ApiError::InvalidName(e)
     }
 }
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Full(why) => ApiError::StockagePlein(why),
-            StoreError::TooLarge { max } => ApiError::FichierTropVolumineux(max),
-            StoreError::Busy => ApiError::StockageOccupe(retry_after_secs()),
+            StoreError::Full(why) => ApiError::StorageFull(why),
+            StoreError::TooLarge { max } => ApiError::FileTooLarge(max),
+            StoreError::Busy => ApiError::StorageBusy(retry_after_secs()),
             StoreError::TooManyResumables { max } => ApiError::TooManyResumables(max),
-            StoreError::Io(e) => ApiError::ErreurInterne(format!("dépôt : {e}")),
-            StoreError::DigestMismatch { stated, received } => ApiError::EmpreinteIncorrecte {
+            StoreError::Io(e) => ApiError::Internal(format!("dépôt : {e}")),
+            StoreError::DigestMismatch { stated, received } => ApiError::DigestMismatch {
                 annoncee: stated,
                 recue: received,
             },
@@ -301,12 +301,12 @@ impl From<StoreError> for ApiError {
 impl From<ResumableError> for ApiError {
     fn from(e: ResumableError) -> Self {
         match e {
-            ResumableError::Unknown => ApiError::RepriseIntrouvable,
-            ResumableError::Busy => ApiError::RepriseOccupee,
-            ResumableError::Offset { expected } => ApiError::DecalageIncorrect(expected),
-            ResumableError::Length(why) => ApiError::LongueurIncoherente(why),
-            ResumableError::Completed => ApiError::RepriseTerminee,
-            ResumableError::DigestContradicts(already) => ApiError::RequeteInvalide(format!(
+            ResumableError::Unknown => ApiError::ResumableNotFound,
+            ResumableError::Busy => ApiError::ResumableBusy,
+            ResumableError::Offset { expected } => ApiError::OffsetMismatch(expected),
+            ResumableError::Length(why) => ApiError::LengthMismatch(why),
+            ResumableError::Completed => ApiError::ResumableFinished,
+            ResumableError::DigestContradicts(already) => ApiError::BadRequest(format!(
                 "Repr-Digest contredit l'empreinte SHA-256 annoncée plus tôt pour ce fichier \
                  ({already})"
             )),
@@ -328,46 +328,38 @@ mod tests {
     #[test]
     fn every_error_has_its_status_code_and_json_body() {
         let all = [
-            (ApiError::TokenInvalide, 401, "token_invalide"),
-            (ApiError::FichierAbsent, 400, "fichier_absent"),
+            (ApiError::InvalidToken, 401, "token_invalide"),
+            (ApiError::NoFile, 400, "fichier_absent"),
+            (ApiError::BadRequest("x".into()), 400, "requete_invalide"),
+            (ApiError::InvalidName(NameError::Empty), 400, "nom_invalide"),
+            (ApiError::FileTooLarge(9), 413, "fichier_trop_volumineux"),
+            (ApiError::FileNotFound, 404, "fichier_introuvable"),
             (
-                ApiError::RequeteInvalide("x".into()),
-                400,
-                "requete_invalide",
-            ),
-            (ApiError::NomInvalide(NameError::Empty), 400, "nom_invalide"),
-            (
-                ApiError::FichierTropVolumineux(9),
-                413,
-                "fichier_trop_volumineux",
-            ),
-            (ApiError::FichierIntrouvable, 404, "fichier_introuvable"),
-            (
-                ApiError::MethodeNonAutorisee("POST"),
+                ApiError::MethodNotAllowed("POST"),
                 405,
                 "methode_non_autorisee",
             ),
-            (ApiError::PlageInvalide(3), 416, "plage_invalide"),
-            (ApiError::StockagePlein("x".into()), 507, "stockage_plein"),
-            (ApiError::StockageOccupe(5), 503, "stockage_occupe"),
-            (ApiError::ErreurInterne("x".into()), 500, "erreur_interne"),
+            (ApiError::InvalidRange(3), 416, "plage_invalide"),
+            (ApiError::StorageFull("x".into()), 507, "stockage_plein"),
+            (ApiError::StorageBusy(5), 503, "stockage_occupe"),
+            (ApiError::Internal("x".into()), 500, "erreur_interne"),
             (
-                ApiError::EmpreinteIncorrecte {
+                ApiError::DigestMismatch {
                     annoncee: "a".into(),
                     recue: "b".into(),
                 },
                 400,
                 "empreinte_incorrecte",
             ),
-            (ApiError::RepriseIntrouvable, 404, "reprise_introuvable"),
-            (ApiError::DecalageIncorrect(7), 409, "decalage_incorrect"),
-            (ApiError::RepriseOccupee, 409, "reprise_occupee"),
+            (ApiError::ResumableNotFound, 404, "reprise_introuvable"),
+            (ApiError::OffsetMismatch(7), 409, "decalage_incorrect"),
+            (ApiError::ResumableBusy, 409, "reprise_occupee"),
             (
-                ApiError::LongueurIncoherente("x".into()),
+                ApiError::LengthMismatch("x".into()),
                 400,
                 "longueur_incoherente",
             ),
-            (ApiError::RepriseTerminee, 400, "reprise_terminee"),
+            (ApiError::ResumableFinished, 400, "reprise_terminee"),
             (ApiError::TooManyResumables(3), 507, "trop_de_reprises"),
             (ApiError::ResumableWriting, 503, "reprise_occupee"),
             (ApiError::InvalidMaxAge(3600), 400, "duree_invalide"),
@@ -391,7 +383,7 @@ mod tests {
             assert!(!v["message"].as_str().unwrap().is_empty());
             assert_eq!(v.as_object().unwrap().len(), 3);
         }
-        let r = ApiError::DecalageIncorrect(7).to_response();
+        let r = ApiError::OffsetMismatch(7).to_response();
         assert_eq!(r.get_header("Upload-Offset"), Some("7"));
     }
 }

@@ -6,27 +6,19 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
+pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod consignes;
-mod deletion;
-mod download;
-mod empreinte;
+pub mod endpoints;
 mod error;
-pub mod etat;
 pub mod fastcgi;
 pub mod folders;
 pub mod housekeeping;
 pub mod http;
-pub mod liens;
 pub mod log;
-pub mod mcp;
-mod metadata;
 pub mod names;
 pub mod network_fs;
-pub mod oauth;
-mod reprise;
-pub mod router;
 pub mod store;
-mod upload;
+mod wording;

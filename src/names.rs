@@ -479,9 +479,9 @@ mod tests {
             for forbidden in [' ', '#', '"', '+'] {
                 assert!(!query.contains(forbidden), "{url}");
             }
-            let (fichier, token) = query.split_once('&').unwrap();
+            let (name_param, token) = query.split_once('&').unwrap();
             let back: Vec<u8> = percent_encoding::percent_decode(
-                fichier.strip_prefix("fichier=").unwrap().as_bytes(),
+                name_param.strip_prefix("fichier=").unwrap().as_bytes(),
             )
             .collect();
             assert_eq!(back, n.as_bytes(), "{url}");

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::apache::{Apache, Mode};
 use common::introspection::{self, IntrospectionServer};
 use common::{Reply, State, audit, bytes, curl, local_file, upload};
-use depot_fichiers::liens::{self, UploadId};
+use depot_fichiers::access::links::{self, UploadId};
 use depot_fichiers::names::Name;
 use depot_fichiers::store::Sidecar;
 use serde_json::{Value, json};
@@ -175,7 +175,7 @@ fn capability_from_sidecar(state: &State, name: &str) -> String {
     let ino =
         std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(state.files().join(name)).unwrap());
     let name = Name::parse(name.as_bytes()).unwrap();
-    let cap = liens::capability(&state.token, &name, UploadId::of(&sc, ino));
+    let cap = links::capability(&state.token, &name, UploadId::of(&sc, ino));
     audit::secret(&cap);
     cap
 }

@@ -682,7 +682,7 @@ fn a_store_lock_held_too_long_is_critical() {
     let holder = fs::File::open(root.join("files/.tmp/verrou")).unwrap();
     holder.lock().unwrap();
     let o = Command::new(common::binary())
-        .env("DEPOT_FICHIERS_TEST_DELAIS", "verrou=200")
+        .env("DEPOT_FICHIERS_TEST_DELAYS", "lock=200")
         .arg("--config")
         .arg(&config)
         .args(["etat", "--json"])

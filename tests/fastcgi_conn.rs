@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use depot_fichiers::fastcgi::record::{self, RecordRef};
-use depot_fichiers::fastcgi::{ConnConfig, ConnError, conn::StdoutSink, serve_connection};
+use depot_fichiers::fastcgi::{ConnConfig, ConnError, StdoutSink, serve_connection};
 use depot_fichiers::http::{Handler, Request, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::{Duration, Instant};

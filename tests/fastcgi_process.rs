@@ -32,7 +32,7 @@ fn echo_bin() -> PathBuf {
         }
         // The features of this run, so that the library is not rebuilt with others.
         let features: Vec<&str> = [
-            ("injection-pannes", cfg!(feature = "injection-pannes")),
+            ("fault-injection", cfg!(feature = "fault-injection")),
             ("system-tests", cfg!(feature = "system-tests")),
         ]
         .into_iter()

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use depot_fichiers::app::App;
+use depot_fichiers::endpoints::router;
 use depot_fichiers::http::{Body, Params, Request, Response, write_response};
-use depot_fichiers::router;
 use serde_json::Value;
 
 use depot_test_support as common;

@@ -11,9 +11,9 @@ use common::audit;
 use common::config::{TOKEN as TOKEN_ACCES, TestConfig};
 use common::introspection::{self as is, IntrospectionServer};
 use depot_fichiers::app::App;
+use depot_fichiers::endpoints::mcp;
 use depot_fichiers::http::{Body, Request};
 use depot_fichiers::log::LOG_FILE;
-use depot_fichiers::mcp;
 use depot_fichiers::names::Name;
 use serde_json::{Value, json};
 
@@ -85,8 +85,8 @@ impl Env {
             serde_json::from_slice(&std::fs::read(sidecar).unwrap()).unwrap();
         let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(self.file(name)).unwrap());
         let parsed = Name::parse(name.as_bytes()).unwrap();
-        let upload = depot_fichiers::liens::UploadId::of(&sc, ino);
-        let link = depot_fichiers::liens::download_url(
+        let upload = depot_fichiers::access::links::UploadId::of(&sc, ino);
+        let link = depot_fichiers::access::links::download_url(
             "https://depot.example.org",
             TOKEN_ACCES,
             true,
@@ -306,7 +306,7 @@ async fn authorization_outcomes() {
 async fn legacy_handshake_and_ping() {
     let e = env("");
     let init = |v: &str| json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":v,"capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
-    let expected = |v: &str| json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":v,"capabilities":{"tools":{"listChanged":false}},"serverInfo":{"name":"depot-fichiers","version":env!("CARGO_PKG_VERSION")},"instructions":depot_fichiers::consignes::mcp_instructions(&e.app.cfg)}});
+    let expected = |v: &str| json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":v,"capabilities":{"tools":{"listChanged":false}},"serverInfo":{"name":"depot-fichiers","version":env!("CARGO_PKG_VERSION")},"instructions":depot_fichiers::admin::instructions::mcp_instructions(&e.app.cfg)}});
     for (asked, answered) in [
         ("2025-11-25", "2025-11-25"),
         ("2025-06-18", "2025-06-18"),

@@ -12,7 +12,7 @@
 //! while some version of that name had been acknowledged before it began and cannot have
 //! expired yet is a violation (the failure a stale JuiceFS cache causes).
 //!
-//! `DEPOT_MULTINOEUD_SECONDES` (30) sets the duration, `DEPOT_MULTINOEUD_CLIENTS` (8) the number
+//! `DEPOT_MULTINODE_SECONDS` (30) sets the duration, `DEPOT_MULTINODE_CLIENTS` (8) the number
 //! of client threads.
 //!
 //! The resumable upload on the same two nodes (with the default lifetimes, not the stress's):
@@ -126,7 +126,7 @@ fn start_nodes(jfs: &JuiceFs, base: &[(&'static str, String)]) -> (Vec<Node>, St
 fn options(label: &str, allow_503: bool) -> Options {
     Options {
         label: label.to_string(),
-        clients: stress::env_num("DEPOT_MULTINOEUD_CLIENTS", 8) as usize,
+        clients: stress::env_num("DEPOT_MULTINODE_CLIENTS", 8) as usize,
         check_lost: true,
         allow_503,
     }
@@ -229,7 +229,7 @@ fn deux_noeuds_juicefs() {
     let jfs = JuiceFs::start(2);
     let intro = IntrospectionServer::start(RESOURCE);
     let (mut nodes, token) = start_nodes(&jfs, &stress_config(&intro.url()));
-    let seconds = stress::env_num("DEPOT_MULTINOEUD_SECONDES", 30);
+    let seconds = stress::env_num("DEPOT_MULTINODE_SECONDS", 30);
     let addrs = nodes.iter().map(|n| n.addr).collect();
     let (files, config, logs) = store_paths(&jfs, &nodes, 0);
     let label = "two nodes on JuiceFS";
@@ -328,23 +328,23 @@ const AFTER_KILL_SECS: u64 = 18;
 ///
 /// The worst case is made certain rather than left to chance: a third program on node 0's
 /// mount, started with the test-only pause point `avant-renommage` (feature
-/// `injection-pannes`), is stopped in the middle of a publication with the store lock held when
+/// `fault-injection`), is stopped in the middle of a publication with the store lock held when
 /// the client dies; a node dying mid-publication leaves its lock in Redis exactly like this.
 ///
-/// Runs a fifth of `DEPOT_MULTINOEUD_SECONDES` (30; at least 4 s) before the kill, then
+/// Runs a fifth of `DEPOT_MULTINODE_SECONDS` (30; at least 4 s) before the kill, then
 /// [`AFTER_KILL_SECS`]; it prints node 1's latencies before, around and after the kill.
 #[test]
 fn client_juicefs_tue() {
     let mut jfs = JuiceFs::start(2);
     let intro = IntrospectionServer::start(RESOURCE);
     let (mut nodes, token) = start_nodes(&jfs, &stress_config(&intro.url()));
-    let seconds = stress::env_num("DEPOT_MULTINOEUD_SECONDES", 30);
+    let seconds = stress::env_num("DEPOT_MULTINODE_SECONDS", 30);
     let before_kill = (seconds / 5).max(4);
     let addrs = nodes.iter().map(|n| n.addr).collect();
     let (files, config, logs) = store_paths(&jfs, &nodes, 1);
     let label = "two nodes on JuiceFS, node 0's client killed";
-    if !cfg!(feature = "injection-pannes") {
-        panic!("needs --features injection-pannes (the pause point that holds the store lock)");
+    if !cfg!(feature = "fault-injection") {
+        panic!("needs --features fault-injection (the pause point that holds the store lock)");
     }
     let (holder, holder_addr) = start_holder(&nodes[0]);
     let holder_pid = holder.child.id() as i32;

@@ -7,9 +7,9 @@ use depot_test_support as common;
 use common::audit;
 use common::config::{TOKEN, TestConfig};
 use common::introspection::{self as is, IntrospectionServer};
+use depot_fichiers::access::oauth::{AuthError, authorize};
 use depot_fichiers::config::Config;
 use depot_fichiers::log::{LOG_FILE, Log};
-use depot_fichiers::oauth::{AuthError, authorize};
 use depot_fichiers::store::Store;
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Crashes and faults, against real processes of the binary (`--listen unix:`, FastCGI):
 //! - SIGKILL at precise points of a publication (`DEPOT_FICHIERS_TEST_PAUSE`, feature
-//!   `injection-pannes`: the process stops itself there, the test kills it), then the store must be
+//!   `fault-injection`: the process stops itself there, the test kills it), then the store must be
 //!   consistent after the next request: no mixed pair served, no `.part` left, orphans per §4;
 //! - SIGKILL at every step of the expiry index (an entry filed, a pair removed before its entry,
 //!   an entry about to move, a batch of the walk before its position is saved): nothing lost,
@@ -32,16 +32,16 @@ const RESOURCE: &str = "https://depot.test/mcp.php";
 
 /// The binary with the fault-injection points compiled in.
 fn faulty_binary() -> PathBuf {
-    if cfg!(feature = "injection-pannes") {
+    if cfg!(feature = "fault-injection") {
         return common::binary();
     }
-    let target = common::repo().join("target/injection-pannes");
+    let target = common::repo().join("target/fault-injection");
     let st = Command::new(env!("CARGO"))
         .args([
             "build",
             "--release",
             "--features",
-            "injection-pannes",
+            "fault-injection",
             "--target-dir",
         ])
         .arg(&target)
@@ -50,7 +50,7 @@ fn faulty_binary() -> PathBuf {
         .unwrap();
     assert!(
         st.success(),
-        "cargo build --features injection-pannes failed"
+        "cargo build --features fault-injection failed"
     );
     target.join("release/depot-fichiers")
 }
@@ -687,7 +687,7 @@ fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
 /// answers 404 at once; uploads, and downloads and MCP reads of a name that needs the lock (a pair
 /// whose sidecar has no inode), answer "store busy" (503 + `Retry-After`, or the
 /// MCP tool error of each era) within the lock deadline (700 ms here,
-/// `DEPOT_FICHIERS_TEST_DELAIS`), their sweeps skipped rather than failing them. The deadline is waited once per outage and per
+/// `DEPOT_FICHIERS_TEST_DELAYS`), their sweeps skipped rather than failing them. The deadline is waited once per outage and per
 /// process: after the first request's wait ran out, the next ones of the same process answer
 /// without waiting it again (a process serves its requests one after the other, so the waits
 /// added up: a dead JuiceFS client's lock held every request of a node for its whole session
@@ -711,7 +711,7 @@ fn lock_held_too_long_answers_503_then_recovers() {
     );
     let token = state.token.clone();
     let deadline = Duration::from_millis(700);
-    let env = [("DEPOT_FICHIERS_TEST_DELAIS", "verrou=700")];
+    let env = [("DEPOT_FICHIERS_TEST_DELAYS", "lock=700")];
     let healthy = Proc::start_env(&state, &faulty, "sain", None, &env);
     let v1 = bytes(10_000, 1);
     assert_eq!(healthy.upload(&token, "a", &v1).unwrap().status, 200);

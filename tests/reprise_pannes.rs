@@ -1,5 +1,5 @@
 //! Resumable uploads against processes stopped and killed, through a real Apache with mod_fcgid
-//! and curl (feature `injection-pannes`: `DEPOT_FICHIERS_TEST_PAUSE`, given to the processes by
+//! and curl (feature `fault-injection`: `DEPOT_FICHIERS_TEST_PAUSE`, given to the processes by
 //! `FcgidInitialEnv`, stops one with SIGSTOP at a named point):
 //! - a part stopped after its first bytes are written, holding the upload: a second writer is
 //!   refused at once (409 `reprise_occupee`), the offset stays at the last durable byte, and

@@ -2,7 +2,7 @@
 //! what a web server adds between the program and the client: the path handed over by
 //! `X-Sendfile`.
 //!
-//! Needs the feature `injection-pannes` (a pause point in the download; `tests/run` builds with
+//! Needs the feature `fault-injection` (a pause point in the download; `tests/run` builds with
 //! it) and apache2, libapache2-mod-fcgid, libapache2-mod-xsendfile (installed by `tests/run`).
 
 use depot_test_support as common;

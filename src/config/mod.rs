@@ -66,10 +66,10 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct Access {
     /// `token_acces`: the shared secret of uploads and downloads (`Authorization: Bearer`,
-    /// `token=`); compared only by [`Config::access_token_matches`].
+    /// `token=`); compared only by [`crate::access::token::matches`].
     pub token: String,
     /// `liens_par_fichier`: the upload reply's link carries a per-file capability instead of
-    /// the token (see `liens.rs`; the MCP tool's link always does).
+    /// the token (see `access/links.rs`; the MCP tool's link always does).
     pub per_file_links: bool,
 }
 
@@ -361,14 +361,6 @@ impl Config {
             },
             file: f,
         })
-    }
-
-    /// Is `given` the configured `token_acces`? Compared in constant time: the one check of the
-    /// access token, for the `Authorization` header of an upload, the `token=` of a download, and
-    /// the OAuth bearer that must not be it.
-    pub fn access_token_matches(&self, given: &[u8]) -> bool {
-        use subtle::ConstantTimeEq;
-        given.ct_eq(self.access.token.as_bytes()).into()
     }
 
     /// The URL of this resource's RFC 9728 metadata, path-suffixed with `mcp.php` (specification

@@ -16,7 +16,7 @@ use std::os::unix::ffi::OsStringExt;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
-use super::conn::is_peer_gone;
+use super::driver::is_peer_gone;
 use crate::http::{Body, Handler, Params, Request, write_response};
 
 /// Size of the reads from stdin.

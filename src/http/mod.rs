@@ -15,6 +15,10 @@ mod message;
 mod params;
 mod write;
 
+/// Requests a process serves at once, whatever the transport: the transport's bound on its
+/// connections, and what a handler sizes its descriptors by (`endpoints::mcp`).
+pub const MAX_CONNECTIONS: u32 = 256;
+
 pub use body::{BODY_CHANNEL_DEPTH, Body};
 pub use message::{
     ANNOUNCED_LENGTH, Chunks, Delivery, Handler, Request, Response, ResponseBody, Role,

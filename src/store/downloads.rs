@@ -1,7 +1,7 @@
 //! Counted downloads and deletion by the sender (specification §2.6).
 //!
 //! A file whose sender asked for `telechargements_max = n` has tickets in
-//! `.tmp/telechargements/<depot>.<nanoseconds>.<inode>/`, made by its first download, not by its
+//! `.tmp/telechargements/<uploaded_at>.<nanoseconds>.<inode>/`, made by its first download, not by its
 //! publication (an upload that asks for a count costs what any other does): empty files named by
 //! the number of the download they stand for, at most [`LIVE_TICKETS`] of them at once, so at
 //! most that many transfers of one file run at once. A download takes one by locking it
@@ -60,7 +60,7 @@ fn downloads_of(k: u64, count: u64) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Version {
     /// `depot_timestamp`.
-    pub depot: i64,
+    pub uploaded_at: i64,
     /// `depot_nanosecondes` (0 when the sidecar has none).
     pub nanos: u32,
     /// The stored file's inode.
@@ -71,23 +71,23 @@ impl Version {
     /// The version a sidecar describes, for the file of inode `inode`.
     pub fn of(sidecar: &Sidecar, inode: u64) -> Version {
         Version {
-            depot: sidecar.depot_timestamp,
-            nanos: sidecar.depot_nanosecondes.unwrap_or(0),
+            uploaded_at: sidecar.uploaded_at,
+            nanos: sidecar.uploaded_nanos.unwrap_or(0),
             inode,
         }
     }
 
     /// Its folder of tickets.
     pub(super) fn folder(self) -> String {
-        format!("{}.{}.{}", self.depot, self.nanos, self.inode)
+        format!("{}.{}.{}", self.uploaded_at, self.nanos, self.inode)
     }
 
     /// The upload second of a folder of tickets, or of one being built
     /// (`<folder>.<pid>-<n>`), which the walk removes alike once old.
-    fn depot_of_folder(raw: &[u8]) -> Option<i64> {
+    fn upload_second_of_folder(raw: &[u8]) -> Option<i64> {
         let s = std::str::from_utf8(raw).ok()?;
         let mut parts = s.split('.');
-        let depot = parts.next()?.parse().ok()?;
+        let uploaded_at = parts.next()?.parse().ok()?;
         let nanos: Option<u32> = parts.next()?.parse().ok();
         let inode: Option<u64> = parts.next()?.parse().ok();
         let builder = match parts.next() {
@@ -97,7 +97,7 @@ impl Version {
                 pid.parse::<u32>().is_ok() && seq.parse::<u64>().is_ok() && parts.next().is_none()
             }
         };
-        (nanos.is_some() && inode.is_some() && builder).then_some(depot)
+        (nanos.is_some() && inode.is_some() && builder).then_some(uploaded_at)
     }
 }
 
@@ -236,7 +236,7 @@ impl Store {
     /// won, is the one opened). `None`: the version is past the store's longest life, when
     /// the walk may already have removed the folder it had.
     fn start_tickets(&self, version: Version, count: u64) -> io::Result<Option<OwnedFd>> {
-        if super::now_secs() - version.depot > self.lifetimes.max_age {
+        if super::now_secs() - version.uploaded_at > self.lifetimes.max_age {
             return Ok(None);
         }
         let tickets = self.tickets(true)?.expect("created");
@@ -419,10 +419,10 @@ impl Store {
     /// A name of `.tmp/telechargements` met by the walk: the folder of a version whose latest
     /// deadline has passed (its pair is gone whatever happened) is removed.
     pub(super) fn walked_tickets(&self, raw: &[u8], now: i64) {
-        let Some(depot) = Version::depot_of_folder(raw) else {
+        let Some(uploaded_at) = Version::upload_second_of_folder(raw) else {
             return;
         };
-        if now - depot <= self.lifetimes.max_age {
+        if now - uploaded_at <= self.lifetimes.max_age {
             return;
         }
         let Ok(Some(tickets)) = self.tickets(false) else {

@@ -63,8 +63,8 @@ pub(super) struct Lifetimes {
 impl Lifetimes {
     /// The last second at which a file deposited at `depot` and last downloaded at `mtime` is
     /// still alive: it expires when `now` passes it.
-    pub fn deadline(&self, depot: i64, mtime: i64) -> i64 {
-        (depot + self.max_age).min(mtime + self.max_idle)
+    pub fn deadline(&self, uploaded_at: i64, mtime: i64) -> i64 {
+        (uploaded_at + self.max_age).min(mtime + self.max_idle)
     }
 
     /// The lifetimes of one file: its sender may have asked for a shorter maximum age
@@ -80,8 +80,8 @@ impl Lifetimes {
     }
 
     /// Specification §4: expired by age or by inactivity.
-    pub fn expired(&self, depot: i64, mtime: i64, now: i64) -> bool {
-        now - depot > self.max_age || now - mtime > self.max_idle
+    pub fn expired(&self, uploaded_at: i64, mtime: i64, now: i64) -> bool {
+        now - uploaded_at > self.max_age || now - mtime > self.max_idle
     }
 
     /// The earliest second at which a file published at `now` can expire.
@@ -107,10 +107,10 @@ impl Lifetimes {
     /// The deadline of a whole, live pair: `Some` only when the sidecar belongs to the file and
     /// neither clock has run out (what a download may serve).
     pub fn live(&self, sidecar: &Sidecar, file: FileFacts, now: i64) -> Option<i64> {
-        let depot = sidecar.depot_timestamp;
+        let uploaded_at = sidecar.uploaded_at;
         let own = self.of(sidecar);
-        (belongs(sidecar, file) && !own.expired(depot, file.mtime, now))
-            .then(|| own.deadline(depot, file.mtime))
+        (belongs(sidecar, file) && !own.expired(uploaded_at, file.mtime, now))
+            .then(|| own.deadline(uploaded_at, file.mtime))
     }
 
     /// The verdict on a whole pair: the file, what its sidecar holds (`None`: unreadable) and
@@ -151,13 +151,13 @@ mod tests {
         max_idle: 10,
     };
 
-    fn sidecar(depot: i64, size: u64, inode: Option<u64>) -> Sidecar {
+    fn sidecar(uploaded_at: i64, size: u64, inode: Option<u64>) -> Sidecar {
         Sidecar {
-            nom_original: "x".into(),
-            depot_timestamp: depot,
-            taille_octets: size,
+            original_name: "x".into(),
+            uploaded_at,
+            size_bytes: size,
             inode,
-            depot_nanosecondes: None,
+            uploaded_nanos: None,
             ..Sidecar::default()
         }
     }
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn the_limits_are_strict_inequalities_in_whole_seconds() {
-        // Specification §4: `time() - depot > max_age`, `time() - filemtime() > max_idle`.
+        // Specification §4: `time() - uploaded_at > max_age`, `time() - filemtime() > max_idle`.
         assert!(!L.expired(1000, 1000, 1010));
         assert!(L.expired(1000, 1000, 1011));
         assert!(!L.expired(1000, 1095, 1100));
@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn times_in_the_future_never_bring_expiry_forward() {
-        // Another node's clock 50 s ahead wrote the depot time and the mtime: negative ages.
+        // Another node's clock 50 s ahead wrote the uploaded_at time and the mtime: negative ages.
         let sc = sidecar(1050, 3, Some(7));
         let f = file(3, 7, 1050);
         assert!(!L.expired(1050, 1050, 1000));

@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::expiry::Verdict;
-use super::reprise::ResumableId;
+use super::resumable::ResumableId;
 use super::{META, Store, SweepReport, TMP, open_at, pause_point};
 use crate::names::Name;
 
@@ -117,7 +117,7 @@ pub(super) enum Folder {
     /// The sidecars (finds a sidecar whose file is gone).
     Meta,
     /// The resumable uploads (`.tmp/reprises`).
-    Reprises,
+    Resumables,
     /// The tickets of counted downloads (`.tmp/telechargements`): the folders of versions
     /// gone are removed.
     Tickets,
@@ -143,7 +143,7 @@ impl Walk {
                 let folder = match f {
                     "racine" => Some(Folder::Root),
                     "meta" => Some(Folder::Meta),
-                    "reprises" => Some(Folder::Reprises),
+                    "reprises" => Some(Folder::Resumables),
                     "telechargements" => Some(Folder::Tickets),
                     _ => None,
                 };
@@ -176,7 +176,7 @@ impl Walk {
                 let f = match folder {
                     Folder::Root => "racine",
                     Folder::Meta => "meta",
-                    Folder::Reprises => "reprises",
+                    Folder::Resumables => "reprises",
                     Folder::Tickets => "telechargements",
                 };
                 match walked {
@@ -486,11 +486,11 @@ impl Store {
                 },
                 (true, Folder::Meta) => Walk::Walking {
                     adopting,
-                    folder: Folder::Reprises,
+                    folder: Folder::Resumables,
                     at: 0,
                     walked: Some(0),
                 },
-                (true, Folder::Reprises) => Walk::Walking {
+                (true, Folder::Resumables) => Walk::Walking {
                     adopting,
                     folder: Folder::Tickets,
                     at: 0,
@@ -521,7 +521,7 @@ impl Store {
         let dir = match folder {
             Folder::Root => &self.root_fd,
             Folder::Meta => &self.meta_fd,
-            Folder::Reprises => match self.reprises(false)? {
+            Folder::Resumables => match self.resumables_folder(false)? {
                 Some(d) => d,
                 None => return Ok((at, true, 0)),
             },
@@ -540,7 +540,7 @@ impl Store {
                 self.walked_tickets(raw, now);
                 return Ok(());
             }
-            if folder == Folder::Reprises {
+            if folder == Folder::Resumables {
                 return match self.walked_resumable(raw, now) {
                     Some((id, second)) => self.file_resumable_entry(&id, second),
                     None => Ok(()),
@@ -553,7 +553,7 @@ impl Store {
                     .strip_suffix(b".json")
                     .and_then(|n| Name::listed(n).ok())
                     .filter(|n| self.stored_size_of(n).is_none()),
-                Folder::Reprises | Folder::Tickets => unreachable!("done above"),
+                Folder::Resumables | Folder::Tickets => unreachable!("done above"),
             };
             let Some(name) = name else { return Ok(()) };
             let second = match self.observe(&name, now).0 {

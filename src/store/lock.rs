@@ -134,13 +134,13 @@ pub fn is_lock_busy(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<LockBusy>())
 }
 
-/// [`LOCK_WAIT`], or, TEST ONLY (feature `injection-pannes`), the `verrou=MS` entry of the
-/// environment variable `DEPOT_FICHIERS_TEST_DELAIS`, so that the tests do not wait 2 s.
+/// [`LOCK_WAIT`], or, TEST ONLY (feature `fault-injection`), the `lock=MS` entry of the
+/// environment variable `DEPOT_FICHIERS_TEST_DELAYS`, so that the tests do not wait 2 s.
 pub fn lock_wait() -> Duration {
-    #[cfg(feature = "injection-pannes")]
-    if let Ok(spec) = std::env::var("DEPOT_FICHIERS_TEST_DELAIS") {
+    #[cfg(feature = "fault-injection")]
+    if let Ok(spec) = std::env::var("DEPOT_FICHIERS_TEST_DELAYS") {
         for (k, v) in spec.split(',').filter_map(|kv| kv.split_once('=')) {
-            if k.trim() == "verrou"
+            if k.trim() == "lock"
                 && let Ok(ms) = v.trim().parse::<u64>()
             {
                 return Duration::from_millis(ms);

@@ -49,8 +49,8 @@ mod introspection;
 mod lock;
 mod lookup;
 mod publish;
-mod reprise;
-mod sha256_reprise;
+mod resumable;
+mod sha256_resumable;
 mod sweep;
 #[cfg(test)]
 mod tests;
@@ -78,7 +78,7 @@ pub use introspection::{
 pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
 pub use lookup::{Found, Looked};
 pub use publish::{Published, Upload};
-pub use reprise::{
+pub use resumable::{
     CHECKPOINT_BYTES, PublishedRecord, Resumable, ResumableError, ResumableId, ResumableState,
     ResumableWriter,
 };
@@ -101,11 +101,14 @@ const ALIAS_LIFE_SECS: i64 = 60;
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sidecar {
     /// The stored (sanitised) name.
-    pub nom_original: String,
+    #[serde(rename = "nom_original")]
+    pub original_name: String,
     /// Upload time, in seconds since the epoch (the age clock of specification §4).
-    pub depot_timestamp: i64,
+    #[serde(rename = "depot_timestamp")]
+    pub uploaded_at: i64,
     /// Size of the stored file in bytes.
-    pub taille_octets: u64,
+    #[serde(rename = "taille_octets")]
+    pub size_bytes: u64,
     /// Inode number of the file this sidecar was written for (rename keeps it). It tells a
     /// mixed pair apart exactly, even when the old and new versions have the same size (a writer
     /// killed between its two renames leaves the new sidecar next to the old file). Absent from
@@ -114,9 +117,13 @@ pub struct Sidecar {
     pub inode: Option<u64>,
     /// Sub-second part of the depot time. With `depot_timestamp` and `inode` it tells two
     /// uploads of a name apart even when a filesystem hands a freed inode back within the same
-    /// second (ext4 does): what a per-file link is bound to (`liens.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub depot_nanosecondes: Option<u32>,
+    /// second (ext4 does): what a per-file link is bound to (`access/links.rs`).
+    #[serde(
+        rename = "depot_nanosecondes",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub uploaded_nanos: Option<u32>,
     /// The sender's shorter maximum age, in seconds (`duree_max_secondes`, specification §2.6):
     /// the file expires at the latest that long after its upload.
     #[serde(
@@ -157,7 +164,7 @@ pub struct Life {
 impl Sidecar {
     /// Does this sidecar belong to the file with this size and inode?
     fn matches(&self, size: u64, ino: u64) -> bool {
-        self.taille_octets == size && self.inode.is_none_or(|i| i == ino)
+        self.size_bytes == size && self.inode.is_none_or(|i| i == ino)
     }
 }
 
@@ -256,7 +263,7 @@ pub struct Store {
     /// `.tmp/index`, the expiry index (`index.rs`).
     index_fd: OwnedFd,
     /// `.tmp/reprises`, the resumable uploads (`reprise.rs`), once one was made.
-    reprises: std::sync::OnceLock<OwnedFd>,
+    resumables: std::sync::OnceLock<OwnedFd>,
     /// `.tmp/telechargements`, the tickets of counted downloads (`downloads.rs`), once one was
     /// made.
     tickets: std::sync::OnceLock<OwnedFd>,
@@ -309,7 +316,7 @@ impl Store {
             meta_fd: meta.fd,
             tmp_fd: tmp.fd,
             index_fd: index.fd,
-            reprises: std::sync::OnceLock::new(),
+            resumables: std::sync::OnceLock::new(),
             tickets: std::sync::OnceLock::new(),
             index_model: AtomicUsize::new(0),
             off_thread: false,
@@ -393,7 +400,7 @@ pub fn touch(file: &File) -> io::Result<()> {
     file.set_modified(std::time::SystemTime::now())
 }
 
-/// TEST ONLY (feature `injection-pannes`): stops the process with SIGSTOP at the named point
+/// TEST ONLY (feature `fault-injection`): stops the process with SIGSTOP at the named point
 /// when the environment variable `DEPOT_FICHIERS_TEST_PAUSE` (read once) names it, so that a
 /// test can act (SIGKILL, another request) exactly there. Points of a publication:
 /// `pendant-ecriture` (after the first chunk of an upload is written), `apres-entree-index`
@@ -409,7 +416,7 @@ pub fn touch(file: &File) -> io::Result<()> {
 /// `reprise-apres-renommage` (both renamed, the state not yet marked published); of a
 /// download: `avant-x-sendfile` (the file looked up and its link checked, the `X-Sendfile`
 /// answer not yet written). Without the feature this is an empty inline function.
-#[cfg(feature = "injection-pannes")]
+#[cfg(feature = "fault-injection")]
 pub(crate) fn pause_point(point: &str) {
     static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let wanted = WANTED.get_or_init(|| std::env::var("DEPOT_FICHIERS_TEST_PAUSE").ok());
@@ -421,7 +428,7 @@ pub(crate) fn pause_point(point: &str) {
     }
 }
 
-#[cfg(not(feature = "injection-pannes"))]
+#[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub(crate) fn pause_point(_point: &str) {}
 

@@ -242,16 +242,16 @@ impl Upload {
         // mtime = the publication time: "never downloaded" counts from the upload (specification §4).
         let published_at = SystemTime::now();
         file.set_modified(published_at)?;
-        let depot = published_at
+        let uploaded_at = published_at
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
         let sidecar = Sidecar {
-            nom_original: name.as_str().to_string(),
-            depot_timestamp: depot,
-            taille_octets: self.written,
+            original_name: name.as_str().to_string(),
+            uploaded_at,
+            size_bytes: self.written,
             inode: Some(file.metadata()?.ino()),
-            depot_nanosecondes: published_at
+            uploaded_nanos: published_at
                 .duration_since(UNIX_EPOCH)
                 .ok()
                 .map(|d| d.subsec_nanos()),
@@ -313,9 +313,9 @@ impl Upload {
         // Held (open, hence locked) until the renames are done, dropped on return.
         _sidecar_file: File,
     ) -> Result<(), StoreError> {
-        // The new pair's deadline: its mtime is its depot time.
+        // The new pair's deadline: its mtime is its upload time.
         let lifetimes = store.lifetimes.of(sidecar);
-        store.file_entry(name, lifetimes.shortest_from(sidecar.depot_timestamp))?;
+        store.file_entry(name, lifetimes.shortest_from(sidecar.uploaded_at))?;
         pause_point("apres-entree-index");
         // Before the guard: the pair this one replaces is freed after the lock is let go.
         let mut victims = Victims::default();

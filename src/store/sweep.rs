@@ -207,7 +207,7 @@ impl Store {
             let earliest = if !sidecars.contains(raw) {
                 Some(self.lifetimes.orphan_deadline(mtime))
             } else {
-                // Birth time (start of the upload) ≤ depot_timestamp: a lower bound of the
+                // Birth time (start of the upload) ≤ uploaded_at: a lower bound of the
                 // sidecar's age deadline, exact enough to rule most files out without reading it.
                 // Also of a mismatched pair's (its newer mtime + duree_max_depot_secondes, and
                 // birth ≤ mtime), so the deadline marker still wakes up to remove one. No birth

@@ -64,7 +64,7 @@ fn publish_then_lookup() {
     let d = tempfile::tempdir().unwrap();
     let (_, store) = test_store(d.path(), "");
     let p = put(&store, "a b.txt", b"hello");
-    assert_eq!(p.sidecar.taille_octets, 5);
+    assert_eq!(p.sidecar.size_bytes, 5);
     assert_eq!(
         p.sha256_hex,
         "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
@@ -77,8 +77,8 @@ fn publish_then_lookup() {
     let sc: Sidecar =
         serde_json::from_slice(&std::fs::read(d.path().join("files/.meta/a b.txt.json")).unwrap())
             .unwrap();
-    assert_eq!(sc.nom_original, "a b.txt");
-    assert!((now_secs() - sc.depot_timestamp).abs() <= 1);
+    assert_eq!(sc.original_name, "a b.txt");
+    assert!((now_secs() - sc.uploaded_at).abs() <= 1);
     // Nothing but the file and the store's own folders at the top.
     assert_eq!(
         names_in(&d.path().join("files")),
@@ -102,7 +102,7 @@ fn overwrite_replaces_content_and_sidecar() {
     put(&store, "x", b"2nd");
     let f = store.lookup(&Name::parse(b"x").unwrap()).unwrap().unwrap();
     assert_eq!(f.size, 3);
-    assert_eq!(f.sidecar.taille_octets, 3);
+    assert_eq!(f.sidecar.size_bytes, 3);
 }
 
 #[test]
@@ -118,11 +118,11 @@ fn expiry_by_inactivity_and_by_age() {
     set_mtime(&d.path().join("files/idle"), 101);
     // Age comes from the sidecar's depot_timestamp, not from the mtime.
     let sc = Sidecar {
-        nom_original: "old".into(),
-        depot_timestamp: now_secs() - 1001,
-        taille_octets: 1,
+        original_name: "old".into(),
+        uploaded_at: now_secs() - 1001,
+        size_bytes: 1,
         inode: None,
-        depot_nanosecondes: None,
+        uploaded_nanos: None,
         ..Sidecar::default()
     };
     std::fs::write(
@@ -199,11 +199,11 @@ fn mismatch(dir: &Path, name: &str) {
     let path = dir.join("files").join(name);
     let m = std::fs::metadata(&path).unwrap();
     let sc = Sidecar {
-        nom_original: name.into(),
-        depot_timestamp: now_secs(),
-        taille_octets: m.len(),
+        original_name: name.into(),
+        uploaded_at: now_secs(),
+        size_bytes: m.len(),
         inode: Some(m.ino() + 1),
-        depot_nanosecondes: None,
+        uploaded_nanos: None,
         ..Sidecar::default()
     };
     std::fs::write(
@@ -359,7 +359,7 @@ fn live_writer_kept_dead_writer_removed() {
     assert_eq!(r.removed_temporaries, ["123-dead.part"]);
     up.write(b" still fine").unwrap();
     let p = up.publish(&store, &Name::parse(b"ok").unwrap()).unwrap();
-    assert_eq!(p.sidecar.taille_octets, 22);
+    assert_eq!(p.sidecar.size_bytes, 22);
 }
 
 /// Found by the stress test: the sidecar's `.part` was created outside the store lock, so a
@@ -572,7 +572,7 @@ fn the_sweep_reads_only_the_due_entries_of_the_index() {
     let d = memory_tempdir();
     let (_, store) = test_store(d.path(), "duree_inactivite_secondes = 1");
     let files = d.path().join("files");
-    let a = put(&store, "a", b"1").sidecar.depot_timestamp;
+    let a = put(&store, "a", b"1").sidecar.uploaded_at;
     put(&store, "b", b"2");
     // Each publication filed its pair at its deadline.
     let entries = index_entries(&files);
@@ -1075,7 +1075,7 @@ fn times_from_a_clock_ahead_never_expire_anything_early() {
     let ahead = now_secs() + 3600;
     let path = files.join(".meta/futur.json");
     let mut sc: Sidecar = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    sc.depot_timestamp = ahead;
+    sc.uploaded_at = ahead;
     std::fs::write(&path, serde_json::to_vec(&sc).unwrap()).unwrap();
     set_times(&files.join("futur"), ahead, ahead);
     std::fs::write(files.join("orphelin"), b"x").unwrap();
@@ -1376,7 +1376,7 @@ fn a_finished_resumable_upload_is_published_like_a_one_shot_upload() {
     assert_eq!(w.offset(), 4);
     w.write(&data[4..]).unwrap();
     let p = w.complete(&store).unwrap();
-    assert_eq!(p.sidecar.taille_octets, 10);
+    assert_eq!(p.sidecar.size_bytes, 10);
     assert_eq!(std::fs::read(files.join("r.bin")).unwrap(), data);
     let found = store
         .lookup(&Name::parse(b"r.bin").unwrap())
@@ -1400,7 +1400,7 @@ fn a_finished_resumable_upload_is_published_like_a_one_shot_upload() {
             .all(|n| !n.ends_with(".part"))
     );
     let state = store.resumable(&id).unwrap();
-    assert_eq!(state.state.publie.unwrap().fiche, p.sidecar);
+    assert_eq!(state.state.published.unwrap().sidecar, p.sidecar);
     // Other bytes than the stated ones: nothing published, nothing kept, nothing reserved.
     let (id, _) = store
         .create_resumable(
@@ -1482,9 +1482,9 @@ fn the_walk_files_unfinished_uploads_the_index_does_not_know() {
             std::fs::remove_file(path).unwrap();
         }
     }
-    let reprises = files.join(".tmp/reprises");
-    std::fs::remove_file(reprises.join(format!("{}.etat", lost.hex()))).unwrap();
-    let stale = reprises.join(format!("{}.etat.1-0.nouveau", id.hex()));
+    let resumables = files.join(".tmp/reprises");
+    std::fs::remove_file(resumables.join(format!("{}.etat", lost.hex()))).unwrap();
+    let stale = resumables.join(format!("{}.etat.1-0.nouveau", id.hex()));
     std::fs::write(&stale, b"{").unwrap();
     set_mtime(&stale, 2 * 3600);
     while store.walk_step(now_secs()).unwrap() {}
@@ -1497,10 +1497,10 @@ fn the_walk_files_unfinished_uploads_the_index_does_not_know() {
     // The lost creation's entry is due at once: its data file goes, its reservation with it.
     let r = store.sweep_now().unwrap();
     assert!(
-        !reprises.join(format!("{}.part", lost.hex())).exists(),
+        !resumables.join(format!("{}.part", lost.hex())).exists(),
         "{r:?}"
     );
-    assert!(reprises.join(format!("{}.part", id.hex())).exists());
+    assert!(resumables.join(format!("{}.part", id.hex())).exists());
     assert_eq!(store.totals_unlocked().resumables.now, Some(1));
 }
 
@@ -1595,7 +1595,7 @@ fn a_shorter_life_asked_by_the_sender_is_kept() {
     let path = d.path().join("files/.meta/court.bin.json");
     let mut sc: Sidecar = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     assert_eq!(sc.max_age_secs, Some(5));
-    sc.depot_timestamp -= 6;
+    sc.uploaded_at -= 6;
     std::fs::write(&path, serde_json::to_vec(&sc).unwrap()).unwrap();
     assert!(store.lookup(&name).unwrap().is_none());
     assert!(!d.path().join("files/court.bin").exists());

@@ -47,7 +47,7 @@ use rustix::fs::{AtFlags, OFlags, StatxFlags};
 
 use super::index::{StepBudget, walk_dir};
 use super::lock::ExclusiveGuard;
-use super::reprise::is_data_name;
+use super::resumable::is_data_name;
 use super::{META, Store, StoreError, TMP, now_secs, open_at, stat_entry};
 use crate::names::Name;
 
@@ -188,7 +188,7 @@ impl Totals {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Check {
     /// The root, then `.tmp/reprises`.
-    in_reprises: bool,
+    in_resumables: bool,
     /// A position in that folder, as the walk keeps one (`index.rs`).
     at: i64,
     /// Bytes of the stored files and of the unfinished uploads' data files (their reservations).
@@ -202,7 +202,7 @@ struct Check {
 impl Check {
     fn starting(start: Totals) -> Check {
         Check {
-            in_reprises: false,
+            in_resumables: false,
             at: 0,
             bytes: 0,
             files: 0,
@@ -216,7 +216,7 @@ impl Check {
     /// counters.
     fn line(&self) -> String {
         let (b, f, r) = (self.start.bytes, self.start.files, self.start.resumables);
-        let folder = if self.in_reprises {
+        let folder = if self.in_resumables {
             "reprises"
         } else {
             "racine"
@@ -254,11 +254,11 @@ impl Check {
             removed: n()?,
         };
         let mut rest = w;
-        let in_reprises = rest.next() == Some("reprises");
+        let in_resumables = rest.next() == Some("reprises");
         let mut m = || -> Option<u64> { rest.next()?.parse().ok() };
         let (resumables, r_added, r_removed) = (m(), m(), m());
         Some(Check {
-            in_reprises: in_reprises && resumables.is_some(),
+            in_resumables: in_resumables && resumables.is_some(),
             at,
             bytes,
             files,
@@ -558,7 +558,7 @@ impl Store {
     /// reservation is as long as its upload announced), from where `check` stands, within
     /// `budget`; says whether both ended.
     fn check_steps(&self, check: &mut Check, budget: &mut StepBudget) -> io::Result<bool> {
-        if !check.in_reprises {
+        if !check.in_resumables {
             let (at, ended) = add_up(
                 &self.root_fd,
                 check.at,
@@ -570,13 +570,13 @@ impl Store {
             if !ended {
                 return Ok(false);
             }
-            check.in_reprises = true;
+            check.in_resumables = true;
             check.at = 0;
             if budget.used_up() {
                 return Ok(false);
             }
         }
-        let Some(dir) = self.reprises(false)? else {
+        let Some(dir) = self.resumables_folder(false)? else {
             return Ok(true);
         };
         let (at, ended) = add_up_reservations(
@@ -810,7 +810,7 @@ pub(super) mod tests {
     #[test]
     fn the_check_state_reads_back() {
         let mut c = Check {
-            in_reprises: false,
+            in_resumables: false,
             at: -12,
             bytes: 5,
             files: 2,
@@ -835,12 +835,12 @@ pub(super) mod tests {
             },
         };
         assert_eq!(Check::parse(&c.line()), Some(c));
-        c.in_reprises = true;
+        c.in_resumables = true;
         c.resumables = 11;
         assert_eq!(Check::parse(&c.line()), Some(c));
         // The line of a version before the count: the root, nothing counted in `.tmp/reprises`.
         let old = Check::parse("-12 5 2 9 8 7 6\n").unwrap();
-        assert!(!old.in_reprises);
+        assert!(!old.in_resumables);
         assert_eq!((old.at, old.bytes, old.resumables), (-12, 5, 0));
         // The first seven fields are the ones that version reads.
         let words: Vec<String> = c.line().split_whitespace().map(String::from).collect();

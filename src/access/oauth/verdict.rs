@@ -132,7 +132,7 @@ pub fn check_introspection(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oauth::tests::config;
+    use crate::access::oauth::tests::config;
     use serde_json::json;
 
     fn answer(v: serde_json::Value) -> Map<String, Value> {

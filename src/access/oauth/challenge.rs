@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::bearer::{self, BearerError};
+use crate::access::bearer::{self, BearerError};
 use crate::config::Config;
 use crate::http::Response;
 use crate::log::redact;
@@ -150,7 +150,7 @@ pub fn extract_bearer(header: Option<&str>) -> Result<&str, AuthError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oauth::tests::config;
+    use crate::access::oauth::tests::config;
 
     const RM: &str = "resource_metadata=\"https://depot.example.org/.well-known/oauth-protected-resource/mcp.php\"";
 

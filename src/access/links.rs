@@ -74,9 +74,9 @@ const TAG_LEN: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UploadId {
     /// Upload time, seconds since the epoch.
-    pub depot_timestamp: i64,
+    pub uploaded_at: i64,
     /// Nanoseconds of the upload time.
-    pub depot_nanosecondes: u32,
+    pub uploaded_nanos: u32,
     /// Inode of the stored file.
     pub inode: u64,
 }
@@ -86,8 +86,8 @@ impl UploadId {
     /// before `depot_nanosecondes` existed counts as 0 (links are computed from the sidecar too).
     pub fn of(sidecar: &Sidecar, inode: u64) -> UploadId {
         UploadId {
-            depot_timestamp: sidecar.depot_timestamp,
-            depot_nanosecondes: sidecar.depot_nanosecondes.unwrap_or(0),
+            uploaded_at: sidecar.uploaded_at,
+            uploaded_nanos: sidecar.uploaded_nanos.unwrap_or(0),
             inode,
         }
     }
@@ -133,8 +133,8 @@ fn tag(purpose: Purpose, token_acces: &str, name: &Name, upload: UploadId) -> [u
     m.update(purpose.version().as_bytes());
     m.update(&(name.len() as u64).to_be_bytes());
     m.update(name);
-    m.update(&upload.depot_timestamp.to_be_bytes());
-    m.update(&upload.depot_nanosecondes.to_be_bytes());
+    m.update(&upload.uploaded_at.to_be_bytes());
+    m.update(&upload.uploaded_nanos.to_be_bytes());
     m.update(&upload.inode.to_be_bytes());
     m.finalize().into_bytes().into()
 }
@@ -153,8 +153,8 @@ fn capability_for(purpose: Purpose, token_acces: &str, name: &Name, upload: Uplo
     format!(
         "{}.{}.{}.{}.{}",
         purpose.version(),
-        upload.depot_timestamp,
-        upload.depot_nanosecondes,
+        upload.uploaded_at,
+        upload.uploaded_nanos,
         upload.inode,
         URL_SAFE_NO_PAD.encode(tag(purpose, token_acces, name, upload))
     )
@@ -181,8 +181,8 @@ fn parse(purpose: Purpose, presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])
         return None;
     }
     let upload = UploadId {
-        depot_timestamp: canonical(ts)?,
-        depot_nanosecondes: canonical(ns)?,
+        uploaded_at: canonical(ts)?,
+        uploaded_nanos: canonical(ns)?,
         inode: canonical(ino)?,
     };
     let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
@@ -250,7 +250,7 @@ fn verify_for(
         return Err(Refusal::Forged);
     }
     let max_age = i64::try_from(max_age_secs).unwrap_or(i64::MAX);
-    if now.saturating_sub(upload.depot_timestamp) > max_age {
+    if now.saturating_sub(upload.uploaded_at) > max_age {
         return Err(Refusal::Expired);
     }
     Ok(upload)
@@ -298,8 +298,8 @@ mod tests {
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
     const NOW: i64 = 1_785_000_000;
     const UP: UploadId = UploadId {
-        depot_timestamp: NOW - 10,
-        depot_nanosecondes: 123_456_789,
+        uploaded_at: NOW - 10,
+        uploaded_nanos: 123_456_789,
         inode: 4242,
     };
 
@@ -360,7 +360,7 @@ mod tests {
         let n = name("a.txt");
         let cap = capability(TOKEN, &n, UP);
         let mac = cap.rsplit('.').next().unwrap();
-        let ts = UP.depot_timestamp;
+        let ts = UP.uploaded_at;
         for other in [
             format!("l1.{ts}.123456789.4243.{mac}"),
             format!("l1.{}.123456789.4242.{mac}", ts + 1),
@@ -370,32 +370,32 @@ mod tests {
         }
         // The identity comes from the sidecar; the caller compares it with the file found.
         let sc = Sidecar {
-            nom_original: "a.txt".into(),
-            depot_timestamp: ts,
-            taille_octets: 1,
+            original_name: "a.txt".into(),
+            uploaded_at: ts,
+            size_bytes: 1,
             inode: Some(4242),
-            depot_nanosecondes: Some(123_456_789),
+            uploaded_nanos: Some(123_456_789),
             ..Sidecar::default()
         };
         assert_eq!(check(&cap, "a.txt", NOW), Ok(UploadId::of(&sc, 4242)));
         // Same second, same inode (a freed inode handed back), another nanosecond: another upload.
         let again = Sidecar {
-            depot_nanosecondes: Some(987_654_321),
+            uploaded_nanos: Some(987_654_321),
             ..sc.clone()
         };
         assert_ne!(UploadId::of(&again, 4242), UP);
         let old = Sidecar {
-            depot_nanosecondes: None,
+            uploaded_nanos: None,
             ..sc
         };
-        assert_eq!(UploadId::of(&old, 1).depot_nanosecondes, 0);
+        assert_eq!(UploadId::of(&old, 1).uploaded_nanos, 0);
     }
 
     #[test]
     fn valid_until_the_latest_expiry_only() {
         let up = UploadId {
-            depot_timestamp: NOW,
-            depot_nanosecondes: 0,
+            uploaded_at: NOW,
+            uploaded_nanos: 0,
             inode: 7,
         };
         let cap = capability(TOKEN, &name("a.txt"), up);

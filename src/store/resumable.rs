@@ -1,4 +1,4 @@
-//! Resumable uploads, the disk side (`crate::reprise` is the HTTP side): a file that arrives in
+//! Resumable uploads, the disk side (`crate::endpoints::resumable` is the HTTP side): a file that arrives in
 //! parts, each on any process of the pool and any node of a shared store, and is published at
 //! its last part by the one publication of the store (`publish.rs`), exactly as a one-shot upload
 //! is. It lives in the store's expiry index like a stored file (`index.rs`), and is counted in the
@@ -8,10 +8,10 @@
 //! - `<id>.part`: the data file, as long as the announced length from the creation on (a sparse
 //!   file: the bytes received so far at their place, holes after them), so that the check of the
 //!   totals reads every reservation with one `statx`;
-//! - `<id>.etat`: the upload's state, a small JSON ([`ResumableState`]: the name, the announced
+//! - `<id>.state`: the upload's state, a small JSON ([`ResumableState`]: the name, the announced
 //!   length, the stated SHA-256, the creation second, the durable offset, the data file's inode;
 //!   once published, what was published), always replaced whole by a rename;
-//! - `<id>.etat.<pid>-<n>.nouveau`: a state being written (a dead writer's is removed by the walk
+//! - `<id>.state.<pid>-<n>.nouveau`: a state being written (a dead writer's is removed by the walk
 //!   of the index an hour later).
 //!
 //! The rules that make it safe to SIGKILL anything at any point:
@@ -67,7 +67,7 @@ use sha2::{Digest, Sha256};
 
 use super::expiry::{Verdict, now_secs};
 use super::publish::{hex, start_writeback};
-use super::sha256_reprise::{ResumableSha256, SavedSha256};
+use super::sha256_resumable::{ResumableSha256, SavedSha256};
 use super::{
     Life, PART_SUFFIX, Published, Sidecar, Store, StoreError, SweepReport, TMP, is_absent, open_at,
     pause_point, stat_entry,
@@ -116,7 +116,7 @@ impl ResumableId {
     }
 
     /// An id written by [`ResumableId::hex`]: exactly 32 lower-case hexadecimal digits, nothing
-    /// else (so that an id from the outside can only ever name `<id>.part` and `<id>.etat`).
+    /// else (so that an id from the outside can only ever name `<id>.part` and `<id>.state`).
     pub fn parse(raw: &[u8]) -> Option<ResumableId> {
         if raw.len() != 32 {
             return None;
@@ -160,7 +160,7 @@ pub(super) fn is_data_name(raw: &[u8]) -> bool {
         .is_some()
 }
 
-/// The id a name of `.tmp/reprises` belongs to: `<id>.part` or `<id>.etat`.
+/// The id a name of `.tmp/reprises` belongs to: `<id>.part` or `<id>.state`.
 fn id_of(raw: &[u8]) -> Option<ResumableId> {
     raw.strip_suffix(DATA.as_bytes())
         .or_else(|| raw.strip_suffix(STATE.as_bytes()))
@@ -172,35 +172,44 @@ fn id_of(raw: &[u8]) -> Option<ResumableId> {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PublishedRecord {
     /// The sidecar written for the file.
-    pub fiche: Sidecar,
+    #[serde(rename = "fiche")]
+    pub sidecar: Sidecar,
     /// SHA-256 of the published bytes, in lower-case hexadecimal.
     pub sha256: String,
 }
 
-/// The state of a resumable upload (`<id>.etat`).
+/// The state of a resumable upload (`<id>.state`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ResumableState {
     /// The name it will be published under (already through [`Name::parse`]).
-    pub nom: String,
+    #[serde(rename = "nom")]
+    pub name: String,
     /// The announced length, in bytes.
-    pub taille_octets: u64,
+    #[serde(rename = "taille_octets")]
+    pub size_bytes: u64,
     /// The SHA-256 the sender stated, in lower-case hexadecimal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// The second it was created.
-    pub cree_a: i64,
+    #[serde(rename = "cree_a")]
+    pub created_at: i64,
     /// The durable offset: bytes received, synced, and recorded.
-    pub decalage: u64,
+    #[serde(rename = "decalage")]
+    pub offset: u64,
     /// The inode of its data file (which publication renames into the root).
     pub inode: u64,
     /// The SHA-256 of the bytes before the durable offset, as far as whole blocks go (the rest
     /// is read again from the data file): the digest without reading the file again at the end.
     /// Absent from a state written before it existed: that upload's file is read again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub empreinte_partielle: Option<SavedSha256>,
+    #[serde(
+        rename = "empreinte_partielle",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub partial_sha256: Option<SavedSha256>,
     /// Once published: what was published.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub publie: Option<PublishedRecord>,
+    #[serde(rename = "publie", default, skip_serializing_if = "Option::is_none")]
+    pub published: Option<PublishedRecord>,
     /// What the sender asked of the published file's life (specification §2.6).
     #[serde(flatten, default)]
     pub life: Life,
@@ -209,14 +218,14 @@ pub struct ResumableState {
 impl ResumableState {
     /// The name, as the choke point gave it at creation.
     pub fn name(&self) -> Result<Name, StoreError> {
-        Name::parse(self.nom.as_bytes()).map_err(|e| {
+        Name::parse(self.name.as_bytes()).map_err(|e| {
             StoreError::Io(io::Error::other(format!("état de reprise illisible : {e}")))
         })
     }
 
     /// The second past which an unfinished upload last written at `mtime` has expired.
     fn deadline(&self, store: &Store, mtime: i64) -> i64 {
-        store.lifetimes.deadline(self.cree_a, mtime)
+        store.lifetimes.deadline(self.created_at, mtime)
     }
 }
 
@@ -305,8 +314,8 @@ impl Drop for ResumableWriter {
 impl Store {
     /// `.tmp/reprises`, opened (and checked, see [`crate::folders`]) once per process; created
     /// when `create`, otherwise `None` while no resumable upload ever made it.
-    pub(super) fn reprises(&self, create: bool) -> io::Result<Option<&OwnedFd>> {
-        if let Some(fd) = self.reprises.get() {
+    pub(super) fn resumables_folder(&self, create: bool) -> io::Result<Option<&OwnedFd>> {
+        if let Some(fd) = self.resumables.get() {
             return Ok(Some(fd));
         }
         if !create && let Err(e) = stat_entry(&self.tmp_fd, FOLDER.as_bytes(), StatxFlags::TYPE) {
@@ -314,8 +323,8 @@ impl Store {
         }
         let shown = self.root.join(TMP).join(FOLDER);
         let opened = folders::open_private_at(&self.tmp_fd, FOLDER, &shown)?;
-        let _ = self.reprises.set(opened.fd);
-        Ok(self.reprises.get())
+        let _ = self.resumables.set(opened.fd);
+        Ok(self.resumables.get())
     }
 
     /// Creates a resumable upload of `length` bytes to publish under `name`, with the SHA-256
@@ -337,7 +346,7 @@ impl Store {
                 "le fichier dépasse à lui seul la capacité du dépôt".into(),
             ));
         }
-        let dir = self.reprises(true)?.expect("created");
+        let dir = self.resumables_folder(true)?.expect("created");
         let id = ResumableId::random()?;
         let created = now_secs();
         let lock = self.lock_exclusive()?;
@@ -351,14 +360,14 @@ impl Store {
             let state = (|| -> Result<ResumableState, StoreError> {
                 data.set_len(length)?;
                 let state = ResumableState {
-                    nom: name.as_str().to_string(),
-                    taille_octets: length,
+                    name: name.as_str().to_string(),
+                    size_bytes: length,
                     sha256: sha256.map(|d| hex(&d)),
-                    cree_a: created,
-                    decalage: 0,
+                    created_at: created,
+                    offset: 0,
                     inode: data.metadata()?.ino(),
-                    empreinte_partielle: None,
-                    publie: None,
+                    partial_sha256: None,
+                    published: None,
                     life,
                 };
                 write_state(dir, &id, &state)?;
@@ -394,7 +403,9 @@ impl Store {
     }
 
     fn resumable_seen(&self, id: &ResumableId, settled: bool) -> Result<Resumable, ResumableError> {
-        let dir = self.reprises(false)?.ok_or(ResumableError::Unknown)?;
+        let dir = self
+            .resumables_folder(false)?
+            .ok_or(ResumableError::Unknown)?;
         if settled {
             match open_at(dir, id.data_name(), OFlags::RDONLY) {
                 Ok(f) => match f.try_lock_shared() {
@@ -411,7 +422,7 @@ impl Store {
             }
         }
         let state = read_state(dir, id).ok_or(ResumableError::Unknown)?;
-        if state.publie.is_some() {
+        if state.published.is_some() {
             return Ok(self.published_view(dir, id, state));
         }
         let st = match stat_entry(dir, id.data_name().as_bytes(), StatxFlags::MTIME) {
@@ -455,7 +466,9 @@ impl Store {
     /// `Completed` once it was published; `Unknown` when it is not there, or its clocks ran out
     /// (it is then removed).
     pub fn resumable_writer(&self, id: &ResumableId) -> Result<ResumableWriter, ResumableError> {
-        let dir = self.reprises(false)?.ok_or(ResumableError::Unknown)?;
+        let dir = self
+            .resumables_folder(false)?
+            .ok_or(ResumableError::Unknown)?;
         let file = match open_at(dir, id.data_name(), OFlags::RDWR) {
             Ok(f) => f,
             Err(e) if is_absent(&e) => return Err(self.without_data(dir, id)),
@@ -475,7 +488,7 @@ impl Store {
         };
         let meta = file.metadata()?;
         let size = meta.len();
-        if meta.ino() != state.inode || size > state.taille_octets {
+        if meta.ino() != state.inode || size > state.size_bytes {
             // Not the data file this state was written for: the upload cannot go on.
             self.remove_locked(dir, id, &state)?;
             return Err(ResumableError::Unknown);
@@ -489,11 +502,11 @@ impl Store {
             self.remove_locked(dir, id, &state)?;
             return Err(ResumableError::Unknown);
         }
-        if size < state.taille_octets {
+        if size < state.size_bytes {
             // Written by a version whose data file grew with the bytes received: as long as the
             // upload from now on, what a dead writer wrote past the recorded offset is written
             // over.
-            file.set_len(state.taille_octets)?;
+            file.set_len(state.size_bytes)?;
         }
         let hasher = resume_digest(&file, &state)?;
         let dir = rustix::io::fcntl_dupfd_cloexec(dir, 0).map_err(io::Error::from)?;
@@ -501,7 +514,7 @@ impl Store {
             id: *id,
             file,
             dir,
-            offset: state.decalage,
+            offset: state.offset,
             state,
             buffer: Vec::new(),
             unsynced: 0,
@@ -514,7 +527,9 @@ impl Store {
     /// one is removed and its reservation given back; a published one only forgets its state.
     /// Returns the state it had.
     pub fn cancel_resumable(&self, id: &ResumableId) -> Result<ResumableState, ResumableError> {
-        let dir = self.reprises(false)?.ok_or(ResumableError::Unknown)?;
+        let dir = self
+            .resumables_folder(false)?
+            .ok_or(ResumableError::Unknown)?;
         match self.resumable_writer(id) {
             Ok(w) => {
                 w.cancel(self)?;
@@ -533,7 +548,7 @@ impl Store {
     /// right if a crash left it behind), or gone (`Unknown`).
     fn without_data(&self, dir: &OwnedFd, id: &ResumableId) -> ResumableError {
         match read_state(dir, id) {
-            Some(s) if s.publie.is_some() => ResumableError::Completed,
+            Some(s) if s.published.is_some() => ResumableError::Completed,
             None => ResumableError::Unknown,
             Some(_) => match self.recover(id) {
                 Ok(Some(_)) => ResumableError::Completed,
@@ -564,7 +579,7 @@ impl Store {
         let lock = self.lock_exclusive()?;
         let had_data = rustix::fs::unlinkat(dir, id.data_name(), AtFlags::empty()).is_ok();
         if had_data {
-            self.release(state.taille_octets, &lock);
+            self.release(state.size_bytes, &lock);
         }
         remove_entry(dir, &id.state_name());
         Ok(())
@@ -575,7 +590,7 @@ impl Store {
     /// its sidecar: the state is completed), or an upload removed half-way (the state goes).
     /// Judged under the exclusive store lock; the published file's digest is read after it.
     fn recover(&self, id: &ResumableId) -> Result<Option<ResumableState>, StoreError> {
-        let Some(dir) = self.reprises(false)? else {
+        let Some(dir) = self.resumables_folder(false)? else {
             return Ok(None);
         };
         let (state, file) = {
@@ -583,7 +598,7 @@ impl Store {
             let Some(state) = read_state(dir, id) else {
                 return Ok(None);
             };
-            if state.publie.is_some() {
+            if state.published.is_some() {
                 return Ok(Some(state));
             }
             if stat_entry(dir, id.data_name().as_bytes(), StatxFlags::TYPE).is_ok() {
@@ -603,14 +618,14 @@ impl Store {
                 }
             }
         };
-        let (file, fiche) = file;
+        let (file, sidecar) = file;
         let sha256 = match &state.sha256 {
             // Checked before the renames.
             Some(s) => s.clone(),
-            None => hex(&digest_of(&file, fiche.taille_octets)?),
+            None => hex(&digest_of(&file, sidecar.size_bytes)?),
         };
         let state = ResumableState {
-            publie: Some(PublishedRecord { fiche, sha256 }),
+            published: Some(PublishedRecord { sidecar, sha256 }),
             ..state
         };
         write_state(dir, id, &state)?;
@@ -628,7 +643,7 @@ impl Store {
         now: i64,
         report: &mut SweepReport,
     ) -> io::Result<Verdict> {
-        let Some(dir) = self.reprises(false)? else {
+        let Some(dir) = self.resumables_folder(false)? else {
             return Ok(Verdict::Absent);
         };
         let Some(state) = read_state(dir, id) else {
@@ -637,7 +652,7 @@ impl Store {
             }
             return Ok(Verdict::Absent);
         };
-        if state.publie.is_some() {
+        if state.published.is_some() {
             let kept_until = stat_entry(dir, id.state_name().as_bytes(), StatxFlags::MTIME)
                 .map_or(now, |st| st.mtime)
                 + self.lifetimes.max_idle;
@@ -668,7 +683,7 @@ impl Store {
             return Ok(Verdict::Live(now + HELD_RECHECK_SECS));
         }
         self.remove_locked(dir, id, &state).map_err(store_to_io)?;
-        report.removed_resumables.push(state.nom);
+        report.removed_resumables.push(state.name);
         Ok(Verdict::Absent)
     }
 
@@ -677,7 +692,7 @@ impl Store {
     /// names of the unfinished uploads removed.
     pub(super) fn judge_every_resumable(&self, now: i64) -> io::Result<Vec<String>> {
         let mut report = SweepReport::default();
-        let Some(dir) = self.reprises(false)? else {
+        let Some(dir) = self.resumables_folder(false)? else {
             return Ok(Vec::new());
         };
         let mut ids: Vec<ResumableId> = super::list_names(dir)?
@@ -696,7 +711,7 @@ impl Store {
     /// it belongs to and the second its entry goes in (its deadline; one past already when it
     /// is due). A state being written whose writer is long gone is removed instead.
     pub(super) fn walked_resumable(&self, raw: &[u8], now: i64) -> Option<(ResumableId, i64)> {
-        let dir = self.reprises(false).ok()??;
+        let dir = self.resumables_folder(false).ok()??;
         if raw.ends_with(NEW.as_bytes()) {
             if stat_entry(dir, raw, StatxFlags::MTIME)
                 .is_ok_and(|st| now - st.mtime > STALE_NEW_SECS)
@@ -707,7 +722,7 @@ impl Store {
         }
         let id = id_of(raw)?;
         let second = match read_state(dir, &id) {
-            Some(state) if state.publie.is_none() => {
+            Some(state) if state.published.is_none() => {
                 match stat_entry(dir, id.data_name().as_bytes(), StatxFlags::MTIME) {
                     Ok(st) => state.deadline(self, st.mtime),
                     Err(_) => now - 1,
@@ -756,7 +771,7 @@ impl ResumableWriter {
     /// [`WRITE_BUFFER_BYTES`] and at each checkpoint). Bytes beyond the announced length are not
     /// written: those that fit are, then `Length`.
     pub fn write(&mut self, data: &[u8]) -> Result<(), ResumableError> {
-        let room = self.state.taille_octets - self.offset;
+        let room = self.state.size_bytes - self.offset;
         let fits = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
         if fits > 0 {
             if self.buffer.capacity() == 0 {
@@ -775,7 +790,7 @@ impl ResumableWriter {
         if fits < data.len() {
             return Err(ResumableError::Length(format!(
                 "la partie dépasse la longueur annoncée ({} octets)",
-                self.state.taille_octets
+                self.state.size_bytes
             )));
         }
         Ok(())
@@ -789,7 +804,7 @@ impl ResumableWriter {
         }
         let at = self.offset - self.buffer.len() as u64;
         self.file.write_all_at(&self.buffer, at)?;
-        if at == self.state.decalage {
+        if at == self.state.offset {
             pause_point("reprise-pendant-ecriture");
         }
         self.unflushed += self.buffer.len() as u64;
@@ -809,13 +824,13 @@ impl ResumableWriter {
     /// Makes what was written durable: the data synced, then the new offset recorded.
     pub fn checkpoint(&mut self) -> Result<(), StoreError> {
         self.write_buffer()?;
-        if self.offset == self.state.decalage {
+        if self.offset == self.state.offset {
             return Ok(());
         }
         self.file.sync_data()?;
         let state = ResumableState {
-            decalage: self.offset,
-            empreinte_partielle: self.hasher.as_ref().map(ResumableSha256::saved),
+            offset: self.offset,
+            partial_sha256: self.hasher.as_ref().map(ResumableSha256::saved),
             ..self.state.clone()
         };
         write_state(&self.dir, &self.id, &state)?;
@@ -857,7 +872,7 @@ impl ResumableWriter {
     /// the state records what was published. The data file's lock is held throughout.
     pub fn complete(mut self, store: &Store) -> Result<Published, ResumableError> {
         self.checkpoint()?;
-        let length = self.state.taille_octets;
+        let length = self.state.size_bytes;
         if self.offset != length {
             return Err(ResumableError::Length(format!(
                 "dernière partie reçue à {} octets sur les {length} annoncés",
@@ -892,8 +907,8 @@ impl ResumableWriter {
         };
         pause_point("reprise-apres-renommage");
         let state = ResumableState {
-            publie: Some(PublishedRecord {
-                fiche: published.sidecar.clone(),
+            published: Some(PublishedRecord {
+                sidecar: published.sidecar.clone(),
                 sha256: published.sha256_hex.clone(),
             }),
             ..self.state.clone()
@@ -921,21 +936,21 @@ fn unhex(text: &str) -> Option<[u8; 32]> {
 /// whole blocks and the durable offset read again from `file`; a new one for an upload with
 /// nothing yet; `None` when the state kept none (the file is read again at the end).
 fn resume_digest(file: &File, state: &ResumableState) -> io::Result<Option<ResumableSha256>> {
-    if state.decalage == 0 {
+    if state.offset == 0 {
         return Ok(Some(ResumableSha256::default()));
     }
     let Some(mut h) = state
-        .empreinte_partielle
+        .partial_sha256
         .as_ref()
-        .filter(|s| s.octets <= state.decalage)
+        .filter(|s| s.bytes <= state.offset)
         .and_then(ResumableSha256::resume)
     else {
         return Ok(None);
     };
-    let mut at = h.saved().octets;
+    let mut at = h.saved().bytes;
     let mut buf = [0u8; 4096];
-    while at < state.decalage {
-        let want = usize::try_from(state.decalage - at).map_or(buf.len(), |l| l.min(buf.len()));
+    while at < state.offset {
+        let want = usize::try_from(state.offset - at).map_or(buf.len(), |l| l.min(buf.len()));
         let n = file.read_at(&mut buf[..want], at)?;
         if n == 0 {
             return Ok(None);
@@ -966,7 +981,7 @@ fn digest_of(file: &File, length: u64) -> io::Result<[u8; 32]> {
     Ok(hasher.finalize().into())
 }
 
-/// Reads `<id>.etat` (`None`: absent or unreadable).
+/// Reads `<id>.state` (`None`: absent or unreadable).
 fn read_state(dir: &OwnedFd, id: &ResumableId) -> Option<ResumableState> {
     let f = open_at(dir, id.state_name(), OFlags::RDONLY).ok()?;
     let mut text = Vec::new();
@@ -974,7 +989,7 @@ fn read_state(dir: &OwnedFd, id: &ResumableId) -> Option<ResumableState> {
     serde_json::from_slice(&text).ok()
 }
 
-/// Replaces `<id>.etat` whole: written under a name of its own, synced, renamed.
+/// Replaces `<id>.state` whole: written under a name of its own, synced, renamed.
 fn write_state(dir: &OwnedFd, id: &ResumableId, state: &ResumableState) -> io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     static PID: OnceLock<u32> = OnceLock::new();

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::liens::{UploadId, capability_url};
+use crate::access::links::{UploadId, capability_url};
 use crate::log::{error_line, ok_line, quoted, refused_line};
 use crate::names::Name;
 
@@ -22,7 +22,7 @@ pub const DESCRIPTION: &str = "Récupère un fichier précédemment déposé sur
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// A download link (default).
-    Lien,
+    Link,
     /// The content, base64-encoded.
     Base64,
 }
@@ -31,7 +31,7 @@ impl Mode {
     /// The mode as written in the arguments.
     pub fn as_str(self) -> &'static str {
         match self {
-            Mode::Lien => "lien",
+            Mode::Link => "lien",
             Mode::Base64 => "base64",
         }
     }
@@ -96,7 +96,7 @@ pub struct ToolCtx<'a> {
     /// `token_acces`: the key of the per-file capabilities of download links, never written in a
     /// reply (an OAuth client may only read, and only what it names).
     pub access_token: &'a str,
-    /// When files are erased, in this deployment's delays ([`crate::consignes::deletion_delays`]),
+    /// When files are erased, in this deployment's delays ([`crate::admin::instructions::deletion_delays`]),
     /// for the message of a missing file.
     pub deletion_delays: &'a str,
 }
@@ -235,8 +235,8 @@ fn arguments(params: Option<&Value>) -> Result<(Mode, Name), Refusal> {
         Some(_) => return Err(protocol("Invalid params: arguments must be an object")),
     };
     let mode = match args.get("mode") {
-        None | Some(Value::Null) => Mode::Lien,
-        Some(Value::String(s)) if s == "lien" => Mode::Lien,
+        None | Some(Value::Null) => Mode::Link,
+        Some(Value::String(s)) if s == "lien" => Mode::Link,
         Some(Value::String(s)) if s == "base64" => Mode::Base64,
         Some(other) => {
             let bad = other.to_string();
@@ -347,7 +347,7 @@ fn answer(
                         Some(error_line(&format!("{head} — contenu non lu"))),
                     ));
                 }
-                (Mode::Lien, _) => json!({
+                (Mode::Link, _) => json!({
                     "nom": name.as_str(),
                     "url_telechargement": capability_url(
                         ctx.base_url,
@@ -367,7 +367,7 @@ fn answer(
 /// 2025-06-18 on) and `structuredContent` (from 2025-06-18 on).
 fn success(version: Version, name: &Name, mode: Mode, structured: Value) -> Value {
     let mut content = vec![json!({"type": "text", "text": structured.to_string()})];
-    if version.is_rich() && mode == Mode::Lien {
+    if version.is_rich() && mode == Mode::Link {
         content.push(json!({
             "type": "resource_link",
             "uri": structured["url_telechargement"],
@@ -408,8 +408,8 @@ mod tests {
 
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
     const UP: UploadId = UploadId {
-        depot_timestamp: 1_785_000_000,
-        depot_nanosecondes: 42,
+        uploaded_at: 1_785_000_000,
+        uploaded_nanos: 42,
         inode: 7,
     };
 
@@ -426,7 +426,7 @@ mod tests {
             upload: UP,
         };
         let name = Name::parse(b"rapport final.pdf").unwrap();
-        let cap = crate::liens::capability(TOKEN, &name, UP);
+        let cap = crate::access::links::capability(TOKEN, &name, UP);
         for version in [Version::V2025_03_26, Version::V2026_07_28] {
             let params =
                 json!({"name": TOOL_NAME, "arguments": {"nom_fichier": "rapport final.pdf"}});

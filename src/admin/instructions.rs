@@ -4,9 +4,10 @@
 //! Used by `depot-fichiers --config P consignes [--avec-token] [--connecteur NOM]`.
 
 use crate::config::Config;
+use crate::wording::size_fr;
 
 /// Connector name used when none is given on the command line.
-pub const CONNECTEUR_PAR_DEFAUT: &str = "depot-fichiers";
+pub const DEFAULT_CONNECTOR: &str = "depot-fichiers";
 
 /// Placeholder written instead of the token unless `with_token` is set.
 pub const TOKEN_PLACEHOLDER: &str = "<TOKEN_ACCES>";
@@ -15,10 +16,10 @@ pub const TOKEN_PLACEHOLDER: &str = "<TOKEN_ACCES>";
 ///
 /// `with_token` writes the real `token_acces` (the output is then a secret); otherwise the
 /// placeholder [`TOKEN_PLACEHOLDER`] is left for the user to fill in. An empty `connector` means
-/// [`CONNECTEUR_PAR_DEFAUT`].
+/// [`DEFAULT_CONNECTOR`].
 pub fn render(cfg: &Config, with_token: bool, connector: &str) -> String {
     let connector = match connector.trim() {
-        "" => CONNECTEUR_PAR_DEFAUT,
+        "" => DEFAULT_CONNECTOR,
         c => c,
     };
     let token = if with_token {
@@ -173,20 +174,6 @@ fn duration_fr(secs: u64) -> String {
     }
 }
 
-/// A byte count in French binary units: "200 Mio", "1,5 Gio", "512 octets".
-pub(crate) fn size_fr(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 3] = [("Gio", 1 << 30), ("Mio", 1 << 20), ("Kio", 1 << 10)];
-    for (unit, size) in UNITS {
-        if bytes >= size {
-            if bytes.is_multiple_of(size) {
-                return format!("{} {unit}", bytes / size);
-            }
-            let tenths = (bytes * 10 + size / 2) / size;
-            return format!("{},{} {unit}", tenths / 10, tenths % 10);
-        }
-    }
-    format!("{bytes} octets")
-}
 
 #[cfg(test)]
 mod tests {
@@ -288,7 +275,7 @@ mod tests {
         assert!(with.contains(&format!("a='Authorization: Bearer {}'", c.access.token)));
         // The README's usage section shows it as rendered for the example deployment.
         assert!(
-            include_str!("../README.md").contains(&format!("```sh\n{f}\n```")),
+            include_str!("../../README.md").contains(&format!("```sh\n{f}\n```")),
             "README.md: the function differs from consignes::resumable_function"
         );
     }

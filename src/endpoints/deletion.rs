@@ -7,10 +7,11 @@
 
 use serde_json::json;
 
-use crate::app::{App, bearer_matches};
+use crate::access::links::{self, UploadId};
+use crate::access::token::bearer_matches;
+use crate::app::App;
 use crate::error::ApiError;
 use crate::http::{Request, Response};
-use crate::liens::{self, UploadId};
 use crate::log::quoted;
 use crate::names::Name;
 use crate::store::{Version, now_secs};
@@ -29,7 +30,7 @@ pub async fn by_token(app: &App, req: &Request) -> Response {
     app.sweep().await;
     let outcome = async {
         if !bearer_matches(req.header("Authorization"), &app.cfg) {
-            return Err(ApiError::TokenInvalide);
+            return Err(ApiError::InvalidToken);
         }
         let raw = req.query_param("fichier").unwrap_or_default();
         let name = Name::parse(&raw)?;
@@ -46,12 +47,12 @@ pub async fn by_link(app: &App, req: &Request) -> Response {
     let outcome = async {
         let method = req.method();
         if method != "DELETE" && method != "POST" {
-            return Err(ApiError::MethodeNonAutorisee("DELETE, POST"));
+            return Err(ApiError::MethodNotAllowed("DELETE, POST"));
         }
         let raw = req.query_param("fichier").unwrap_or_default();
         let presented = req.query_param(LINK_PARAM).unwrap_or_default();
-        let name = Name::parse(&raw).map_err(|_| ApiError::TokenInvalide)?;
-        let upload = liens::verify_deletion(
+        let name = Name::parse(&raw).map_err(|_| ApiError::InvalidToken)?;
+        let upload = links::verify_deletion(
             &app.cfg.access.token,
             app.cfg.expiry.max_age_secs,
             &name,
@@ -63,7 +64,7 @@ pub async fn by_link(app: &App, req: &Request) -> Response {
                 app.log
                     .debug(&format!("lien d'effacement refusé : {}", why.words()));
             }
-            ApiError::TokenInvalide
+            ApiError::InvalidToken
         })?;
         remove(app, name, Some(version_of(upload))).await
     }
@@ -74,8 +75,8 @@ pub async fn by_link(app: &App, req: &Request) -> Response {
 
 fn version_of(u: UploadId) -> Version {
     Version {
-        depot: u.depot_timestamp,
-        nanos: u.depot_nanosecondes,
+        uploaded_at: u.uploaded_at,
+        nanos: u.uploaded_nanos,
         inode: u.inode,
     }
 }

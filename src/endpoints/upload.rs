@@ -16,11 +16,12 @@ use bytes::Bytes;
 use futures_util::Stream;
 use serde_json::json;
 
-use crate::app::{App, bearer_matches};
-use crate::empreinte;
+use crate::access::links::{self, UploadId};
+use crate::access::token::bearer_matches;
+use crate::app::App;
+use crate::endpoints::digest;
 use crate::error::ApiError;
 use crate::http::{Body, Request, Response};
-use crate::liens::{self, UploadId};
 use crate::log::quoted;
 use crate::names::Name;
 use crate::store::{Life, Published};
@@ -37,7 +38,7 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
             app.log.ok(&format!(
                 "POST /upload.php — dépôt \"{}\" ({} octets)",
                 quoted(name.as_str()),
-                published.sidecar.taille_octets
+                published.sidecar.size_bytes
             ));
             success(app, &name, &published)
         }
@@ -52,16 +53,16 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
 /// What an upload checks before it reads the body: the method, then the token.
 fn before_the_body(app: &App, req: &Request) -> Result<(), ApiError> {
     if req.method() != "POST" {
-        return Err(ApiError::MethodeNonAutorisee("POST"));
+        return Err(ApiError::MethodNotAllowed("POST"));
     }
     if !bearer_matches(req.header("Authorization"), &app.cfg) {
-        return Err(ApiError::TokenInvalide);
+        return Err(ApiError::InvalidToken);
     }
     Ok(())
 }
 
 /// Whether this request would have its body read (the authorizer's question, see
-/// [`crate::router::authorize`]).
+/// [`crate::endpoints::router::authorize`]).
 pub fn reads_body(app: &App, req: &Request) -> bool {
     before_the_body(app, req).is_ok()
 }
@@ -69,17 +70,16 @@ pub fn reads_body(app: &App, req: &Request) -> bool {
 async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiError> {
     before_the_body(app, req)?;
     let content_type = req.header("Content-Type").unwrap_or("");
-    let boundary = multer::parse_boundary(content_type).map_err(|_| {
-        ApiError::RequeteInvalide("le corps doit être en multipart/form-data".into())
-    })?;
+    let boundary = multer::parse_boundary(content_type)
+        .map_err(|_| ApiError::BadRequest("le corps doit être en multipart/form-data".into()))?;
     // mod_fcgid's answer to a `Content-Length` above `LimitRequestBody`: CONTENT_LENGTH=0 and no
     // body at all. No client sends an empty multipart body.
     if req.params.get("CONTENT_LENGTH").map(str::trim) == Some("0") {
-        return Err(ApiError::CorpsEcarte);
+        return Err(ApiError::BodyDiscarded);
     }
     if req.header("Repr-Digest").is_some() {
         // RFC 9530: the digest of the whole multipart body, which no curl user can compute.
-        return Err(ApiError::RequeteInvalide(
+        return Err(ApiError::BadRequest(
             "Repr-Digest ne s'applique qu'à un corps brut (dépôt avec reprise) ; avec \
              multipart/form-data, donner l'empreinte dans le champ « sha256 »"
                 .into(),
@@ -113,7 +113,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
             .map(|v| v.as_bytes().to_vec())
             .unwrap_or_default();
         let params = parse_disposition(&disposition);
-        let is_fichier = params.name.as_deref() == Some(&b"fichier"[..]);
+        let is_file_part = params.name.as_deref() == Some(&b"fichier"[..]);
         let file_name = params.filename;
         if params.name.as_deref() == Some(&b"sha256"[..]) && file_name.is_none() {
             let mut value = Vec::new();
@@ -124,9 +124,9 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
                 }
                 value.extend_from_slice(&chunk);
             }
-            let digest = empreinte::hex_field(&value).ok_or_else(digest_field_error)?;
+            let digest = digest::hex_field(&value).ok_or_else(digest_field_error)?;
             if stated.is_some_and(|s| s != digest) {
-                return Err(ApiError::RequeteInvalide(
+                return Err(ApiError::BadRequest(
                     "deux champs « sha256 » différents".into(),
                 ));
             }
@@ -147,7 +147,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
             slot.push(value);
             continue;
         }
-        if !is_fichier || file_name.is_none() {
+        if !is_file_part || file_name.is_none() {
             // Other fields, and a text field named `fichier`, are read and ignored.
             while field.chunk().await.map_err(multipart_error)?.is_some() {
                 progress.produced();
@@ -155,7 +155,7 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
             continue;
         }
         if found.is_some() || name_error.is_some() {
-            return Err(ApiError::RequeteInvalide(
+            return Err(ApiError::BadRequest(
                 "plusieurs fichiers dans le champ « fichier »".into(),
             ));
         }
@@ -179,10 +179,10 @@ async fn upload(app: &App, req: &mut Request) -> Result<(Name, Published), ApiEr
         found = Some((name, up));
     }
     if let Some(e) = name_error {
-        return Err(ApiError::NomInvalide(e));
+        return Err(ApiError::InvalidName(e));
     }
     let Some((name, mut up)) = found else {
-        return Err(ApiError::FichierAbsent);
+        return Err(ApiError::NoFile);
     };
     if let Some(digest) = stated {
         up.expect_sha256(digest);
@@ -265,7 +265,7 @@ pub fn asked_life(
 const MAX_DIGEST_FIELD: usize = 1024;
 
 fn digest_field_error() -> ApiError {
-    ApiError::RequeteInvalide(
+    ApiError::BadRequest(
         "champ « sha256 » illisible : 64 chiffres hexadécimaux attendus (sortie de sha256sum)"
             .into(),
     )
@@ -390,7 +390,7 @@ fn header_error(e: multer::Error, recent: &[u8], delimiter: &[u8]) -> ApiError {
             if d.name.as_deref() == Some(&b"fichier"[..])
                 && let Some(Err(why)) = d.filename.as_deref().map(Name::parse)
             {
-                return ApiError::NomInvalide(why);
+                return ApiError::InvalidName(why);
             }
         }
         break;
@@ -408,14 +408,14 @@ fn refused_in_header(line: &[u8]) -> bool {
 fn multipart_error(e: multer::Error) -> ApiError {
     match e {
         multer::Error::StreamReadFailed(inner) => {
-            ApiError::RequeteInvalide(format!("lecture du corps interrompue ({inner})"))
+            ApiError::BadRequest(format!("lecture du corps interrompue ({inner})"))
         }
         multer::Error::IncompleteStream
         | multer::Error::IncompleteFieldData { .. }
         | multer::Error::IncompleteHeaders => {
-            ApiError::RequeteInvalide("corps multipart tronqué ou mal formé".into())
+            ApiError::BadRequest("corps multipart tronqué ou mal formé".into())
         }
-        _ => ApiError::RequeteInvalide("corps multipart mal formé".into()),
+        _ => ApiError::BadRequest("corps multipart mal formé".into()),
     }
 }
 
@@ -430,14 +430,14 @@ pub fn success(app: &App, name: &Name, p: &Published) -> Response {
             a.min(app.cfg.expiry.max_age_secs)
         });
     let upload = UploadId::of(&p.sidecar, p.sidecar.inode.unwrap_or(0));
-    let expire_a = jiff::Timestamp::from_second(p.sidecar.depot_timestamp + max_age as i64)
+    let expires_at = jiff::Timestamp::from_second(p.sidecar.uploaded_at + max_age as i64)
         .map(|t| t.to_string())
         .unwrap_or_default();
     let mut body = json!({
         "succes": true,
         "nom": name.as_str(),
-        "taille_octets": p.sidecar.taille_octets,
-        "url_telechargement": liens::download_url(
+        "taille_octets": p.sidecar.size_bytes,
+        "url_telechargement": links::download_url(
             &app.cfg.site.base_url,
             &app.cfg.access.token,
             app.cfg.access.per_file_links,
@@ -447,9 +447,9 @@ pub fn success(app: &App, name: &Name, p: &Published) -> Response {
         ),
         "expire_au_plus_tard_dans_secondes": max_age,
         "sha256": p.sha256_hex,
-        "expire_a": expire_a,
+        "expire_a": expires_at,
         "expire_si_inactif_dans_secondes": app.cfg.expiry.max_idle_secs,
-        "url_suppression": liens::deletion_url(
+        "url_suppression": links::deletion_url(
             &app.cfg.site.base_url,
             &app.cfg.access.token,
             name,
@@ -553,19 +553,19 @@ mod tests {
         let err = |body: &[u8]| header_error(multer::Error::IncompleteStream, body, b"--XX");
         let nul = b"--XX\r\nContent-Disposition: form-data; name=\"fichier\"; \
                     filename=\"a\0b.txt\"\r\n\r\ndata\r\n--XX--\r\n";
-        assert!(matches!(err(nul), ApiError::NomInvalide(_)));
+        assert!(matches!(err(nul), ApiError::InvalidName(_)));
         // After a part multer parsed, and with the window starting inside the data.
         let after = b"ta\r\n--XX\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nx\r\n\
                       --XX\r\ncontent-disposition: form-data; name=\"fichier\"; \
                       filename=\"a\x7fb\"\r\n\r\ndata\r\n--XX--\r\n";
-        assert!(matches!(err(after), ApiError::NomInvalide(_)));
+        assert!(matches!(err(after), ApiError::InvalidName(_)));
         // The byte elsewhere, or in the name of another field: a malformed body.
         let elsewhere = b"--XX\r\nContent-Disposition: form-data; name=\"fichier\"; \
                           filename=\"a.txt\"\r\nX-Autre: \x01\r\n\r\ndata\r\n--XX--\r\n";
-        assert!(matches!(err(elsewhere), ApiError::RequeteInvalide(_)));
+        assert!(matches!(err(elsewhere), ApiError::BadRequest(_)));
         let other = b"--XX\r\nContent-Disposition: form-data; name=\"autre\"; \
                       filename=\"a\x01b\"\r\n\r\ndata\r\n--XX--\r\n";
-        assert!(matches!(err(other), ApiError::RequeteInvalide(_)));
+        assert!(matches!(err(other), ApiError::BadRequest(_)));
     }
 
     #[test]

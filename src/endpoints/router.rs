@@ -12,10 +12,10 @@
 //!   method, endpoint and query of the original and no body ([`refused_request`]): the client
 //!   gets the endpoint's own answer (JSON, status, log line).
 
+use super::{deletion, download, mcp, metadata, resumable, upload};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::http::{Request, Response, Role};
-use crate::{deletion, download, mcp, metadata, reprise, upload};
 
 /// The endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,16 +65,16 @@ const REFUSAL: &[u8] = b"refus.php";
 
 /// The authorizer's answer: whether the endpoint would read the body of this request. Only an
 /// upload reads a large one, and only a `POST` (or a resumable upload's `PATCH`) with the right
-/// token: the same checks, in the same order, as [`upload::handle`] and [`reprise::handle`]
+/// token: the same checks, in the same order, as [`upload::handle`] and [`resumable::handle`]
 /// make before they read (method, then token). Everything else
 /// goes through; no log line (the refusal's answer writes it).
 pub fn authorize(app: &App, req: &Request) -> Response {
     let admitted = match endpoint(req) {
-        Endpoint::Upload if reprise::concerns(req) => reprise::reads_body(app, req),
+        Endpoint::Upload if resumable::concerns(req) => resumable::reads_body(app, req),
         // A deletion reads no body: admitted with the token only, like an upload, so that no
         // stranger's body is ever taken in; refused, its answer is the handler's 401.
         Endpoint::Upload if req.method() == "DELETE" => {
-            crate::app::bearer_matches(req.header("Authorization"), &app.cfg)
+            crate::access::token::bearer_matches(req.header("Authorization"), &app.cfg)
         }
         Endpoint::Upload => upload::reads_body(app, req),
         _ => true,
@@ -118,8 +118,8 @@ pub async fn handle(app: &App, req: Request) -> Response {
     let r = match endpoint(&req) {
         // Boxed: the upload's state (≈ 1.3 KiB) would otherwise be part of every request's
         // future, a download's included.
-        Endpoint::Upload if reprise::concerns(&req) => {
-            Box::pin(reprise::handle(app, &mut req)).await
+        Endpoint::Upload if resumable::concerns(&req) => {
+            Box::pin(resumable::handle(app, &mut req)).await
         }
         Endpoint::Upload if req.method() == "DELETE" => deletion::by_token(app, &req).await,
         Endpoint::Upload => Box::pin(upload::handle(app, &mut req)).await,
@@ -127,7 +127,7 @@ pub async fn handle(app: &App, req: Request) -> Response {
         Endpoint::Download => download::handle(app, &req).await,
         Endpoint::Mcp => mcp::handle(app, &mut req).await,
         Endpoint::Metadata => metadata::handle(app, &req),
-        Endpoint::NotFound => ApiError::FichierIntrouvable.to_response(),
+        Endpoint::NotFound => ApiError::FileNotFound.to_response(),
     };
     if req.method() == "HEAD" {
         r.head_only()
@@ -140,7 +140,7 @@ pub async fn handle(app: &App, req: Request) -> Response {
 /// the public told only where to look, `why` (paths, keys; never a secret) for the site's error
 /// log ([`Response::diagnostic`]).
 pub fn misconfigured(why: String) -> Response {
-    ApiError::ServeurMalConfigure(why).to_response()
+    ApiError::Misconfigured(why).to_response()
 }
 
 #[cfg(test)]

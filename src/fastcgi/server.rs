@@ -1,32 +1,5 @@
-//! The program's transports: a streaming FastCGI responder, and a one-shot CGI mode.
-//!
-//! [`run`] builds a current-thread tokio runtime with a `LocalSet` (handlers are `!Send`), finds
-//! out how it was started, and serves:
-//! - **FastCGI on fd 0** (mod_fcgid, spawn-fcgi): fd 0 is a listening socket (`SO_ACCEPTCONN`;
-//!   php-cgi and libfcgi look at `getpeername` failing with `ENOTCONN`, which this implies), Unix
-//!   or TCP by `getsockname`. mod_fcgid's socket ([`is_mod_fcgid_socket`]) is served one
-//!   connection at a time (mod_fcgid sends one request per process, and connects only to an idle
-//!   one), each first without the event loop watching it ([`conn::serve_unregistered`]); any
-//!   other (spawn-fcgi's, Unix or TCP) like `--listen`'s, many connections at once, so that a
-//!   silent connection never keeps the others waiting;
-//! - **FastCGI on `--listen tcp:HOST:PORT` or `unix:/path`**: we bind ourselves and serve many
-//!   connections at once;
-//! - **CGI** (mod_cgid, mod_cgi): `GATEWAY_INTERFACE` is set and fd 0 is not a listening socket
-//!   (see [`cgi`]). [`is_cgi_request`] is the one place that decides it; `main` asks it before it
-//!   looks at argv, because a CGI server turns an `=`-less query string into arguments.
-//!
-//! The protocol itself is in [`record`] (pure codec, fuzzable) and [`conn`] (one connection).
-//! Nothing is ever written to stdout except the CGI response: under mod_fcgid stdout lands in
-//! Apache's main error log. Diagnostics go to stderr, in French.
-//!
-//! On SIGTERM or SIGINT the server stops accepting, gives the request in flight up to
-//! [`SHUTDOWN_GRACE`] to finish, drops it otherwise, and [`run`] returns `Ok(())`.
-
-pub mod cgi;
-pub mod conn;
-pub mod connection;
-pub mod machine;
-pub mod record;
+//! The server: how the process was started (fd 0, `--listen`, CGI), the accept loops, the
+//! signals. Each accepted connection goes to [`super::driver`].
 
 use std::fmt;
 use std::future::Future;
@@ -39,15 +12,16 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::{JoinSet, LocalSet};
 
-pub use conn::{ConnConfig, ConnError, Deadlines, MAX_PARAMS_LEN, serve_connection};
+use super::cgi;
+use super::driver::{self as conn, ConnConfig, ConnError, Deadlines, serve_connection};
 
 use crate::http::Handler;
 
 /// How long a request in flight may still run after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// Connections served at once with `--listen` or on a socket inherited from anything but
-/// mod_fcgid (also the GET_VALUES answer).
-pub const LISTEN_MAX_CONNS: u32 = 256;
+/// mod_fcgid (also the GET_VALUES answer): [`crate::http::MAX_CONNECTIONS`].
+pub const LISTEN_MAX_CONNS: u32 = crate::http::MAX_CONNECTIONS;
 
 /// Why [`run`] could not serve.
 #[derive(Debug)]
@@ -452,7 +426,7 @@ async fn serve_inherited_unix(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let config = served_config(1, shutdown_rx);
     let mut stop = std::pin::pin!(stop);
-    let mut buffers = conn::Buffers::default();
+    let mut buffers = conn::KeptBuffers::default();
     loop {
         // The connection itself is non-blocking: the fast path reads and writes it without
         // waiting, the connection loop registers it with the event loop.

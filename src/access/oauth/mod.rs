@@ -11,12 +11,11 @@
 //! store's bookkeeping: `store/introspection.rs`), so that a flood of bad bearers cannot become
 //! as many calls.
 //!
-//! - `bearer.rs`: the one parser of `Authorization: Bearer <token>` (also the upload's);
+//! - the bearer itself is read by `crate::access::bearer`, the one parser (the upload's too);
 //! - `challenge.rs`: [`AuthError`] and its one mapping to an HTTP answer;
 //! - `verdict.rs`: the pure verdict on an introspection answer;
 //! - `client.rs`: the introspection call (HTTP client, resolver cache, the store's bookkeeping).
 
-pub mod bearer;
 mod challenge;
 mod client;
 mod verdict;
@@ -30,16 +29,16 @@ use crate::log::Log;
 use crate::store::Store;
 
 /// A bearer that is one of this server's own secrets — `token_acces` (compared in constant
-/// time) or a per-file link (`liens::looks_like_capability`) — is refused here, with the normal
+/// time) or a per-file link (`links::looks_like_capability`) — is refused here, with the normal
 /// 401 `invalid_token`: sent to the authorization server it would hand that secret to the
 /// server, its operator, its logs and whatever proxy stands in front of it.
 fn refuse_own_secret(cfg: &Config, token: &str) -> Result<(), AuthError> {
-    if cfg.access_token_matches(token.as_bytes()) {
+    if crate::access::token::matches(cfg, token.as_bytes()) {
         return Err(AuthError::InvalidToken(
             "token_acces présenté comme jeton OAuth, refusé sans introspection".into(),
         ));
     }
-    if crate::liens::looks_like_capability(token.as_bytes()) {
+    if crate::access::links::looks_like_capability(token.as_bytes()) {
         return Err(AuthError::InvalidToken(
             "lien par fichier présenté comme jeton OAuth, refusé sans introspection".into(),
         ));

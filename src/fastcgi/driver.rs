@@ -556,7 +556,7 @@ pub async fn serve_unregistered(
     stream: std::os::unix::net::UnixStream,
     handler: &Handler,
     config: &ConnConfig,
-    buffers: &mut Buffers,
+    buffers: &mut KeptBuffers,
 ) -> Result<(), ConnError> {
     let read = first_read(&stream, &mut buffers.received);
     if read == Ok(0) {
@@ -682,7 +682,7 @@ const FIRST_READ: usize = 16 * 1024;
 /// The buffers of [`serve_unregistered`], kept by its caller from one connection to the next
 /// (the request as first read, the core's input and output): no allocation of any per request.
 #[derive(Default)]
-pub struct Buffers {
+pub struct KeptBuffers {
     received: Vec<u8>,
     core: connection::Buffers,
 }

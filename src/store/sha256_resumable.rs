@@ -22,9 +22,11 @@ const BLOCK: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SavedSha256 {
     /// The eight state words, big-endian, in lower-case hexadecimal (64 digits).
-    pub etat: String,
+    #[serde(rename = "etat")]
+    pub state: String,
     /// The bytes hashed into them.
-    pub octets: u64,
+    #[serde(rename = "octets")]
+    pub bytes: u64,
 }
 
 /// A SHA-256 being computed.
@@ -50,19 +52,19 @@ impl Default for ResumableSha256 {
 }
 
 impl ResumableSha256 {
-    /// The hash as `saved` left it; the bytes after `saved.octets` must be given again with
+    /// The hash as `saved` left it; the bytes after `saved.bytes` must be given again with
     /// [`ResumableSha256::update`]. `None` for anything that is not such a state.
     pub fn resume(saved: &SavedSha256) -> Option<ResumableSha256> {
-        if !saved.octets.is_multiple_of(BLOCK as u64) || saved.etat.len() != 64 {
+        if !saved.bytes.is_multiple_of(BLOCK as u64) || saved.state.len() != 64 {
             return None;
         }
         let mut state = [0u32; 8];
         for (i, word) in state.iter_mut().enumerate() {
-            *word = u32::from_str_radix(saved.etat.get(i * 8..i * 8 + 8)?, 16).ok()?;
+            *word = u32::from_str_radix(saved.state.get(i * 8..i * 8 + 8)?, 16).ok()?;
         }
         Some(ResumableSha256 {
             state,
-            compressed: saved.octets,
+            compressed: saved.bytes,
             ..ResumableSha256::default()
         })
     }
@@ -102,8 +104,8 @@ impl ResumableSha256 {
     /// the caller's to give again).
     pub fn saved(&self) -> SavedSha256 {
         SavedSha256 {
-            etat: self.state.iter().map(|w| format!("{w:08x}")).collect(),
-            octets: self.compressed,
+            state: self.state.iter().map(|w| format!("{w:08x}")).collect(),
+            bytes: self.compressed,
         }
     }
 
@@ -174,9 +176,9 @@ mod tests {
                     at = cut;
                     // Another process: the saved state, then the bytes after it again.
                     let saved = h.saved();
-                    assert!(saved.octets as usize <= at && at - (saved.octets as usize) < 64);
+                    assert!(saved.bytes as usize <= at && at - (saved.bytes as usize) < 64);
                     h = ResumableSha256::resume(&saved).unwrap();
-                    h.update(&data[saved.octets as usize..at]);
+                    h.update(&data[saved.bytes as usize..at]);
                 }
                 h.update(&data[at..]);
                 assert_eq!(h.finalize(), expected, "len {len}, cuts {cuts:?}");
@@ -189,23 +191,23 @@ mod tests {
         let mut h = ResumableSha256::default();
         h.update(&bytes(130, 3));
         let saved = h.saved();
-        assert_eq!(saved.octets, 128);
+        assert_eq!(saved.bytes, 128);
         assert!(ResumableSha256::resume(&saved).is_some());
         for bad in [
             SavedSha256 {
-                octets: 100,
+                bytes: 100,
                 ..saved.clone()
             },
             SavedSha256 {
-                etat: "zz".repeat(32),
+                state: "zz".repeat(32),
                 ..saved.clone()
             },
             SavedSha256 {
-                etat: saved.etat[..60].to_string(),
+                state: saved.state[..60].to_string(),
                 ..saved.clone()
             },
             SavedSha256 {
-                etat: format!("{}é", &saved.etat[..62]),
+                state: format!("{}é", &saved.state[..62]),
                 ..saved
             },
         ] {

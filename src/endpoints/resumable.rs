@@ -26,8 +26,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::app::{App, bearer_matches};
-use crate::empreinte;
+use crate::access::token::bearer_matches;
+use crate::app::App;
+use crate::endpoints::digest;
+use crate::endpoints::upload;
 use crate::error::ApiError;
 use crate::http::{Body, Request, Response};
 use crate::log::quoted;
@@ -36,7 +38,6 @@ use crate::store::{
     Published, Resumable, ResumableError, ResumableId, ResumableState, ResumableWriter, StoreError,
     now_secs,
 };
-use crate::upload;
 
 /// The query parameter that names an upload resource.
 pub const PARAM: &str = "reprise";
@@ -79,8 +80,8 @@ fn op(req: &Request) -> Result<Op, ApiError> {
         (true, "GET") => Op::State,
         (true, "PATCH") => Op::Append,
         (true, "DELETE") => Op::Cancel,
-        (true, _) => return Err(ApiError::MethodeNonAutorisee(RESOURCE_METHODS)),
-        (false, _) => return Err(ApiError::MethodeNonAutorisee("POST")),
+        (true, _) => return Err(ApiError::MethodNotAllowed(RESOURCE_METHODS)),
+        (false, _) => return Err(ApiError::MethodNotAllowed("POST")),
     })
 }
 
@@ -92,13 +93,13 @@ fn before_the_body(app: &App, req: &Request) -> Result<Op, ApiError> {
         return Ok(op);
     }
     if !bearer_matches(req.header("Authorization"), &app.cfg) {
-        return Err(ApiError::TokenInvalide);
+        return Err(ApiError::InvalidToken);
     }
     Ok(op)
 }
 
 /// Whether this request would have its body read (the authorizer's question, see
-/// [`crate::router::authorize`]): a `PATCH` or a creation with the right token; an `OPTIONS`
+/// [`crate::endpoints::router::authorize`]): a `PATCH` or a creation with the right token; an `OPTIONS`
 /// only without a body.
 pub fn reads_body(app: &App, req: &Request) -> bool {
     match before_the_body(app, req) {
@@ -171,7 +172,7 @@ async fn serve(app: &App, req: &mut Request) -> Result<Done, Refusal> {
     let id = req
         .query_param(PARAM)
         .and_then(|raw| ResumableId::parse(&raw))
-        .ok_or(ApiError::RepriseIntrouvable)?;
+        .ok_or(ApiError::ResumableNotFound)?;
     match op {
         Op::Offset => Ok(Done {
             response: offset(app, &settled(app, &id).await?),
@@ -188,7 +189,7 @@ async fn serve(app: &App, req: &mut Request) -> Result<Done, Refusal> {
                 response: Response::new(204).header("Cache-Control", "no-store"),
                 log: Some(format!(
                     "reprise \"{}\" ({}) annulée",
-                    quoted(&state.nom),
+                    quoted(&state.name),
                     id.short()
                 )),
             })
@@ -255,7 +256,7 @@ async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
     let body = body_length(req)?;
     let length = match (announced, complete, body) {
         (Some(l), true, Some(b)) if l != b => {
-            return Err(ApiError::LongueurIncoherente(format!(
+            return Err(ApiError::LengthMismatch(format!(
                 "Upload-Length ({l}) et Content-Length ({b}) diffèrent"
             ))
             .into());
@@ -263,14 +264,14 @@ async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
         (Some(l), _, _) => l,
         (None, true, Some(b)) => b,
         (None, _, _) => {
-            return Err(ApiError::RequeteInvalide(
+            return Err(ApiError::BadRequest(
                 "en-tête Upload-Length obligatoire (la taille du fichier en octets)".into(),
             )
             .into());
         }
     };
     if body.is_some_and(|b| b > length) {
-        return Err(ApiError::LongueurIncoherente(format!(
+        return Err(ApiError::LengthMismatch(format!(
             "le corps dépasse la longueur annoncée ({length} octets)"
         ))
         .into());
@@ -280,7 +281,7 @@ async fn create(app: &App, req: &mut Request) -> Result<Done, Refusal> {
         .admit_length(length)
         .map_err(|e| limited(e.into(), app))?;
     let name = name_of(req)?;
-    let life = crate::upload::asked_life(
+    let life = crate::endpoints::upload::asked_life(
         app,
         req.query_param("duree_max_secondes").as_deref(),
         req.query_param("telechargements_max").as_deref(),
@@ -339,15 +340,15 @@ fn creation_answer(app: &App, id: &ResumableId, state: &ResumableState, at: u64)
             "succes": true,
             "reprise": id.hex(),
             "url_reprise": location,
-            "nom": state.nom,
-            "taille_octets": state.taille_octets,
+            "nom": state.name,
+            "taille_octets": state.size_bytes,
             "decalage": at,
             "expire_si_inactif_dans_secondes": app.cfg.expiry.max_idle_secs,
         }),
     );
-    upload_headers(response, at, false, state.taille_octets)
+    upload_headers(response, at, false, state.size_bytes)
         .header("Location", location)
-        .header("Upload-Limit", limits(app, state.cree_a, deadline))
+        .header("Upload-Limit", limits(app, state.created_at, deadline))
 }
 
 /// `PATCH`: a part at `Upload-Offset`, the last one when `Upload-Complete: ?1`. A refusal says
@@ -369,13 +370,13 @@ async fn append(app: &App, req: &mut Request, id: &ResumableId) -> Result<Done, 
             if !said("Upload-Complete")
                 && let Ok(r) = app.store.resumable(id)
             {
-                let complete = r.state.publie.is_some();
+                let complete = r.state.published.is_some();
                 // While another request writes, the recorded offset may not be the next one.
-                if !matches!(refusal.error, ApiError::RepriseOccupee) {
+                if !matches!(refusal.error, ApiError::ResumableBusy) {
                     let at = if complete {
-                        r.state.taille_octets
+                        r.state.size_bytes
                     } else {
-                        r.state.decalage
+                        r.state.offset
                     };
                     refusal.headers.push(("Upload-Offset", at.to_string()));
                 }
@@ -392,7 +393,7 @@ async fn append_part(app: &App, req: &mut Request, id: &ResumableId) -> Result<W
     let media = req.header("Content-Type").unwrap_or("");
     let media = media.split(';').next().unwrap_or("").trim();
     if !media.eq_ignore_ascii_case(PARTIAL_UPLOAD) {
-        return Err(ApiError::RequeteInvalide(format!(
+        return Err(ApiError::BadRequest(format!(
             "une partie s'envoie avec Content-Type: {PARTIAL_UPLOAD} (curl --data-binary)"
         ))
         .into());
@@ -403,27 +404,27 @@ async fn append_part(app: &App, req: &mut Request, id: &ResumableId) -> Result<W
     let body = body_length(req)?;
     let digest = stated_digest(req)?;
     let mut writer = app.store.resumable_writer(id)?;
-    let length = writer.state().taille_octets;
+    let length = writer.state().size_bytes;
     if announced.is_some_and(|l| l != length) {
-        return Err(ApiError::LongueurIncoherente(format!(
+        return Err(ApiError::LengthMismatch(format!(
             "Upload-Length ne redit pas la longueur annoncée à la création ({length} octets)"
         ))
         .into());
     }
     if at != writer.offset() {
-        return Err(ApiError::DecalageIncorrect(writer.offset()).into());
+        return Err(ApiError::OffsetMismatch(writer.offset()).into());
     }
     if let Some(b) = body {
         let end = at.checked_add(b).filter(|&end| end <= length);
         let Some(end) = end else {
-            return Err(ApiError::LongueurIncoherente(format!(
+            return Err(ApiError::LengthMismatch(format!(
                 "la partie ({b} octets à partir de l'octet {at}) dépasse la longueur annoncée \
                  ({length} octets)"
             ))
             .into());
         };
         if complete && end != length {
-            return Err(ApiError::LongueurIncoherente(format!(
+            return Err(ApiError::LengthMismatch(format!(
                 "dernière partie (Upload-Complete: ?1) qui s'arrête à l'octet {end} sur {length}"
             ))
             .into());
@@ -464,8 +465,8 @@ impl Written {
             ),
             Written::Published(p) => format!(
                 "dépôt \"{}\" ({} octets, reprise {})",
-                quoted(&p.sidecar.nom_original),
-                p.sidecar.taille_octets,
+                quoted(&p.sidecar.original_name),
+                p.sidecar.size_bytes,
                 id.short()
             ),
         }
@@ -484,7 +485,7 @@ async fn write_body(
 ) -> Result<Written, Refusal> {
     let mut body = std::mem::replace(&mut req.body, Body::empty());
     let from = writer.offset();
-    let name = writer.state().nom.clone();
+    let name = writer.state().name.clone();
     let failed = loop {
         match body.chunk().await {
             Ok(Some(chunk)) => {
@@ -498,8 +499,7 @@ async fn write_body(
             Ok(None) => break None,
             Err(e) => {
                 break Some(
-                    ApiError::RequeteInvalide(format!("corps de la partie interrompu ({e})"))
-                        .into(),
+                    ApiError::BadRequest(format!("corps de la partie interrompu ({e})")).into(),
                 );
             }
         }
@@ -515,7 +515,7 @@ async fn write_body(
         let writer = checkpoint(app, writer).await?;
         return Ok(Written::Part {
             at: writer.offset(),
-            length: writer.state().taille_octets,
+            length: writer.state().size_bytes,
             received,
             name,
         });
@@ -526,7 +526,7 @@ async fn write_body(
         .map_err(Refusal::from)?
         .map_err(|e| {
             let mut refusal = Refusal::from(e);
-            if matches!(refusal.error, ApiError::EmpreinteIncorrecte { .. }) {
+            if matches!(refusal.error, ApiError::DigestMismatch { .. }) {
                 // The final answer of the upload, which is gone (the draft: `?1` says the
                 // resource itself refused the representation; resuming would not help).
                 refusal.headers.push(("Upload-Complete", "?1".into()));
@@ -539,7 +539,7 @@ async fn write_body(
 /// `Upload-Offset` and `Upload-Complete: ?0` of an unfinished upload whose writer this is.
 fn where_it_stands(writer: &ResumableWriter) -> [(&'static str, String); 2] {
     [
-        ("Upload-Offset", writer.state().decalage.to_string()),
+        ("Upload-Offset", writer.state().offset.to_string()),
         ("Upload-Complete", "?0".into()),
     ]
 }
@@ -568,7 +568,7 @@ async fn checkpoint(app: &App, mut writer: ResumableWriter) -> Result<ResumableW
 fn stated_digest(req: &Request) -> Result<Option<[u8; 32]>, ApiError> {
     match req.header("Repr-Digest") {
         Some(field) => Ok(Some(
-            empreinte::repr_digest(field).map_err(ApiError::RequeteInvalide)?,
+            digest::repr_digest(field).map_err(ApiError::BadRequest)?,
         )),
         None => Ok(None),
     }
@@ -576,18 +576,18 @@ fn stated_digest(req: &Request) -> Result<Option<[u8; 32]>, ApiError> {
 
 /// `HEAD`: where the upload stands.
 fn offset(app: &App, r: &Resumable) -> Response {
-    let length = r.state.taille_octets;
-    let complete = r.state.publie.is_some();
-    let at = if complete { length } else { r.state.decalage };
+    let length = r.state.size_bytes;
+    let complete = r.state.published.is_some();
+    let at = if complete { length } else { r.state.offset };
     upload_headers(Response::new(204), at, complete, length)
-        .header("Upload-Limit", limits(app, r.state.cree_a, r.deadline))
+        .header("Upload-Limit", limits(app, r.state.created_at, r.deadline))
 }
 
 /// `GET`: the state, or the publication's answer.
 fn state(app: &App, r: &Resumable) -> Result<Response, Refusal> {
-    if let Some(p) = &r.state.publie {
+    if let Some(p) = &r.state.published {
         let published = Published {
-            sidecar: p.fiche.clone(),
+            sidecar: p.sidecar.clone(),
             sha256_hex: p.sha256.clone(),
         };
         return Ok(published_answer(app, &published));
@@ -599,37 +599,37 @@ fn state(app: &App, r: &Resumable) -> Result<Response, Refusal> {
             "succes": true,
             "reprise": r.id.hex(),
             "url_reprise": location,
-            "nom": r.state.nom,
-            "taille_octets": r.state.taille_octets,
-            "decalage": r.state.decalage,
+            "nom": r.state.name,
+            "taille_octets": r.state.size_bytes,
+            "decalage": r.state.offset,
             "complet": false,
             "expire_dans_secondes": (r.deadline - now_secs()).max(0),
         }),
     );
     Ok(upload_headers(
         response,
-        r.state.decalage,
+        r.state.offset,
         false,
-        r.state.taille_octets,
+        r.state.size_bytes,
     ))
 }
 
 /// The one-shot upload's answer, with what the draft adds for the last part: the upload's offset
 /// (its length) and `Upload-Complete: ?1`, and the digest of what was published.
 fn published_answer(app: &App, published: &Published) -> Response {
-    let length = published.sidecar.taille_octets;
-    let name = match Name::parse(published.sidecar.nom_original.as_bytes()) {
+    let length = published.sidecar.size_bytes;
+    let name = match Name::parse(published.sidecar.original_name.as_bytes()) {
         Ok(name) => name,
         // Written by the choke point at creation: a state that says otherwise was not ours.
         Err(e) => {
-            return ApiError::ErreurInterne(format!("nom publié illisible : {e}")).to_response();
+            return ApiError::Internal(format!("nom publié illisible : {e}")).to_response();
         }
     };
     let mut response = upload::success(app, &name, published)
         .header("Upload-Offset", length.to_string())
         .header("Upload-Complete", "?1");
-    if let Some(digest) = empreinte::hex_field(published.sha256_hex.as_bytes()) {
-        response = response.header("Repr-Digest", empreinte::repr_digest_field(&digest));
+    if let Some(digest) = digest::hex_field(published.sha256_hex.as_bytes()) {
+        response = response.header("Repr-Digest", digest::repr_digest_field(&digest));
     }
     response
 }
@@ -657,7 +657,7 @@ fn limits(app: &App, created: i64, deadline: i64) -> String {
 /// A 413 for a length over `taille_max_fichier_octets` carries `Upload-Limit` (the draft); any
 /// other error goes as it is.
 fn limited(error: ApiError, app: &App) -> Refusal {
-    if !matches!(error, ApiError::FichierTropVolumineux(_)) {
+    if !matches!(error, ApiError::FileTooLarge(_)) {
         return error.into();
     }
     Refusal {
@@ -682,7 +682,7 @@ fn name_of(req: &Request) -> Result<Name, ApiError> {
         .get_bytes("HTTP_CONTENT_DISPOSITION")
         .unwrap_or(b"");
     let Some(file_name) = upload::parse_disposition(raw).filename else {
-        return Err(ApiError::RequeteInvalide(
+        return Err(ApiError::BadRequest(
             "nom du fichier absent : en-tête Content-Disposition: attachment; filename=\"…\""
                 .into(),
         ));
@@ -699,7 +699,7 @@ fn body_length(req: &Request) -> Result<Option<u64>, ApiError> {
         .get("CONTENT_LENGTH")
         .and_then(|v| v.trim().parse::<u64>().ok());
     if given == Some(0) && req.announced_length().unwrap_or(0) > 0 {
-        return Err(ApiError::CorpsEcarte);
+        return Err(ApiError::BodyDiscarded);
     }
     Ok(given)
 }
@@ -711,7 +711,7 @@ fn required<T>(
     parse: impl Fn(&str) -> Option<T>,
 ) -> Result<T, ApiError> {
     optional(req, field, parse)?
-        .ok_or_else(|| ApiError::RequeteInvalide(format!("en-tête {field} obligatoire")))
+        .ok_or_else(|| ApiError::BadRequest(format!("en-tête {field} obligatoire")))
 }
 
 /// A field the request may carry.
@@ -724,7 +724,7 @@ fn optional<T>(
         None => Ok(None),
         Some(v) => parse(v)
             .map(Some)
-            .ok_or_else(|| ApiError::RequeteInvalide(format!("en-tête {field} illisible ({v})"))),
+            .ok_or_else(|| ApiError::BadRequest(format!("en-tête {field} illisible ({v})"))),
     }
 }
 

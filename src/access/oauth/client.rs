@@ -352,7 +352,7 @@ fn answer_object(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oauth::tests::config;
+    use crate::access::oauth::tests::config;
 
     #[test]
     fn client_credentials_are_form_encoded_before_base64() {

@@ -1,7 +1,7 @@
 //! `POST /mcp.php`: the dual-era MCP server (specification §6) — the HTTP side.
 //!
 //! Order of the checks (specification §6): sweep → `Origin` (403) → method (405 `Allow: POST`) →
-//! authorization ([`crate::oauth`], 401/400/403/503) → body size (413) → JSON (-32700, 400) →
+//! authorization ([`crate::access::oauth`], 401/400/403/503) → body size (413) → JSON (-32700, 400) →
 //! JSON-RPC ([`protocol::dispatch`]). Stateless: no `Mcp-Session-Id` is ever minted or echoed,
 //! replies are `application/json` only (no SSE).
 //!
@@ -18,13 +18,13 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+use crate::access::links::UploadId;
+use crate::access::oauth;
 use crate::app::App;
 use crate::config::Config;
 use crate::http::{Request, Response};
-use crate::liens::UploadId;
 use crate::log::quoted;
 use crate::names::Name;
-use crate::oauth;
 use crate::store::StoreError;
 
 use base64_body::{Base64File, Part, Spliced};
@@ -112,7 +112,7 @@ const INDEX_DIGITS: usize = 8;
 /// 4 KB file fit the 5 MiB budget, and such a batch held 1 023 descriptors, every one the process
 /// had, so that its other requests needing one got 500. The calls past the cap are refused before
 /// their file is looked up (-32000, `isError` in 2026-07-28). Two: with `--listen`,
-/// [`crate::fastcgi::LISTEN_MAX_CONNS`] connections each holding its socket and this many files
+/// [`crate::http::MAX_CONNECTIONS`] connections each holding its socket and this many files
 /// stay within [`DESCRIPTORS_FOR_CONNECTIONS`] (checked at compile time), about what as many
 /// downloads (a socket and a file each) hold; an agent makes one base64 call per request anyway.
 pub const BASE64_FILES_PER_REQUEST: usize = 2;
@@ -124,7 +124,7 @@ pub const BASE64_FILES_PER_REQUEST: usize = 2;
 const DESCRIPTORS_FOR_CONNECTIONS: usize = 1024 - 64;
 
 const _: () = assert!(
-    crate::fastcgi::LISTEN_MAX_CONNS as usize * (1 + BASE64_FILES_PER_REQUEST)
+    crate::http::MAX_CONNECTIONS as usize * (1 + BASE64_FILES_PER_REQUEST)
         <= DESCRIPTORS_FOR_CONNECTIONS
 );
 
@@ -365,14 +365,14 @@ pub async fn handle(app: &App, req: &mut Request) -> Response {
     };
     drop(body);
     let headers = mcp_headers(req);
-    let delays = crate::consignes::deletion_delays(cfg);
+    let delays = crate::admin::instructions::deletion_delays(cfg);
     let ctx = Ctx {
         tool: ToolCtx {
             base_url: &cfg.site.base_url,
             access_token: &cfg.access.token,
             deletion_delays: &delays,
         },
-        instructions: &crate::consignes::mcp_instructions(cfg),
+        instructions: &crate::admin::instructions::mcp_instructions(cfg),
     };
     let mut splice = Base64Splice::new();
     let out = protocol::dispatch(&ctx, &headers, &parsed, &mut store_source(app, &mut splice));

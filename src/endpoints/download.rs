@@ -6,13 +6,13 @@
 //! only, to no link-preview robot, each GET holding one of its tickets from before the first
 //! byte and spending it just before the last piece ([`Counted`]).
 
+use crate::access::links::UploadId;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::http::{Delivery, Request, Response, ResponseBody};
-use crate::liens::{self, UploadId};
 use crate::log::quoted;
 use crate::names::Name;
-use crate::store::{Found, Looked, Store, Take, Ticket, Version, now_secs};
+use crate::store::{Found, Looked, Store, Take, Ticket, Version};
 
 /// Handles one download; every outcome is logged.
 pub async fn handle(app: &App, req: &Request) -> Response {
@@ -57,30 +57,30 @@ type Served = (Name, Response, Option<(u64, u64)>);
 async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
     let method = req.method();
     if method != "GET" && method != "HEAD" {
-        return Err(ApiError::MethodeNonAutorisee("GET, HEAD"));
+        return Err(ApiError::MethodNotAllowed("GET, HEAD"));
     }
     let token = req.query_param("token").unwrap_or_default();
     let raw = req.query_param("fichier").unwrap_or_default();
-    let (name, link) = authorise(app, &token, &raw)?;
+    let (name, link) = crate::access::download::authorise(app, &token, &raw)?;
     let found = match app.store.look(&name)? {
         Looked::Found(found) => found,
-        Looked::Missing => return Err(ApiError::FichierIntrouvable),
+        Looked::Missing => return Err(ApiError::FileNotFound),
         Looked::Expired => {
             app.remove_expired(&name).await;
-            return Err(ApiError::FichierIntrouvable);
+            return Err(ApiError::FileNotFound);
         }
     };
     if let Some(upload) = link
         && upload != UploadId::of(&found.sidecar, found.ino)
     {
         // A link of an older upload of this name: its holder knew the name, nothing leaks.
-        return Err(ApiError::FichierIntrouvable);
+        return Err(ApiError::FileNotFound);
     }
     if app.log.debug_enabled() {
         app.log.debug(&format!(
             "expiration \"{}\" : déposé à {}, {} octets",
             quoted(name.as_str()),
-            found.sidecar.depot_timestamp,
+            found.sidecar.uploaded_at,
             found.size
         ));
     }
@@ -106,26 +106,26 @@ async fn download(app: &App, req: &Request) -> Result<Served, ApiError> {
         (false, _) => None,
         (true, false) => {
             if app.store.downloads_left(&found.sidecar, version) == Some(0) {
-                return Err(ApiError::FichierIntrouvable);
+                return Err(ApiError::FileNotFound);
             }
             None
         }
         (true, true) => match app.store.take_download(&name, &found.sidecar, version)? {
             Take::Taken(t) => Some(t),
             Take::Uncounted => None,
-            Take::AllTaken => return Err(ApiError::FichierIntrouvable),
+            Take::AllTaken => return Err(ApiError::FileNotFound),
             Take::Spent => {
                 // Its last download was spent and its removal did not happen (a process
                 // killed meanwhile): it goes now.
                 let _ = app.store.remove_version(&name, Some(version));
-                return Err(ApiError::FichierIntrouvable);
+                return Err(ApiError::FileNotFound);
             }
         },
     };
     let (status, offset, len, shown) = match range {
         RangeAnswer::Whole => (200, 0, found.size, None),
         RangeAnswer::Part(a, b) => (206, a, b - a + 1, Some((a, b))),
-        RangeAnswer::Unsatisfiable => return Err(ApiError::PlageInvalide(found.size)),
+        RangeAnswer::Unsatisfiable => return Err(ApiError::InvalidRange(found.size)),
     };
     let mut resp = Response::new(status)
         .header("Content-Type", "application/octet-stream")
@@ -280,36 +280,6 @@ fn sendfile_path(app: &App, found: &Found) -> Option<String> {
     value
 }
 
-/// Who may read what: `token_acces` opens every name (then the name is checked: 400); a
-/// capability opens the one upload of the one name it was issued for (`Some(upload)`, compared
-/// with the sidecar after the look-up), whatever `liens_par_fichier` says: the MCP tool hands
-/// them out in every configuration, and one opens strictly less than `token_acces`. Anything else
-/// is refused before the store is looked at, so a forged capability cannot probe which names
-/// exist.
-fn authorise(app: &App, token: &[u8], raw: &[u8]) -> Result<(Name, Option<UploadId>), ApiError> {
-    if app.cfg.access_token_matches(token) {
-        return Ok((Name::parse(raw)?, None));
-    }
-    let name = Name::parse(raw).map_err(|_| ApiError::TokenInvalide)?;
-    let checked = liens::verify(
-        &app.cfg.access.token,
-        app.cfg.expiry.max_age_secs,
-        &name,
-        token,
-        now_secs(),
-    );
-    match checked {
-        Ok(upload) => Ok((name, Some(upload))),
-        Err(why) => {
-            if app.log.debug_enabled() {
-                app.log
-                    .debug(&format!("lien par fichier refusé : {}", why.words()));
-            }
-            Err(ApiError::TokenInvalide)
-        }
-    }
-}
-
 /// The `X-Sendfile` value naming `path`, or `None` when the program must send the file itself
 /// because some web server would read the value as another path.
 ///
@@ -338,7 +308,7 @@ fn etag(f: &Found) -> String {
     let _ = write!(
         e,
         "\"{:x}-{:x}-{:x}\"",
-        f.ino, f.size, f.sidecar.depot_timestamp
+        f.ino, f.size, f.sidecar.uploaded_at
     );
     e
 }

@@ -26,7 +26,7 @@ pub fn document(cfg: &Config) -> serde_json::Value {
 pub fn handle(app: &App, req: &Request) -> Response {
     let method = req.method();
     if method != "GET" && method != "HEAD" {
-        let e = ApiError::MethodeNonAutorisee("GET, HEAD");
+        let e = ApiError::MethodNotAllowed("GET, HEAD");
         app.log.refused(&format!(
             "GET /.well-known/oauth-protected-resource — {}",
             e.log_words(method)

@@ -115,7 +115,7 @@ impl App {
     /// Runs `work` on the store where a publication runs ([`App::publish`]): on tokio's blocking
     /// pool in a process that serves many connections at once, inline under CGI and mod_fcgid.
     /// For what waits for the disk (a resumable upload's syncs, its digest and publication).
-    pub async fn with_store<T: Send + 'static>(
+    pub(crate) async fn with_store<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Store) -> T + Send + 'static,
     ) -> Result<T, StoreError> {
@@ -136,7 +136,7 @@ impl App {
     /// expired file is deleted"): on the housekeeping thread when the process has one, the
     /// request waiting for it at most [`crate::housekeeping::HANDOFF_WAIT`]; inline otherwise. A
     /// removal that fails is logged and never changes the answer (404).
-    pub async fn remove_expired(&self, name: &Name) {
+    pub(crate) async fn remove_expired(&self, name: &Name) {
         if let Some(h) = self.housekeeper.get() {
             return h.remove(name).await;
         }

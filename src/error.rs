@@ -9,11 +9,11 @@ use crate::names::NameError;
 use crate::store::{ResumableError, StoreError};
 
 /// mod_fcgid's default `FcgidMaxRequestLen`, which a shared host's users cannot change.
-pub const MOD_FCGID_MAX_REQUEST_LEN: u64 = 131_072;
+pub(crate) const MOD_FCGID_MAX_REQUEST_LEN: u64 = 131_072;
 
 /// Everything that can go wrong on `/upload.php` and `/download.php`.
 #[derive(Debug)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     InvalidToken,
     NoFile,
     BadRequest(String),
@@ -68,7 +68,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             ApiError::InvalidToken => 401,
             ApiError::NoFile
@@ -92,7 +92,7 @@ impl ApiError {
         }
     }
 
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             ApiError::InvalidToken => "token_invalide",
             ApiError::NoFile => "fichier_absent",
@@ -119,7 +119,7 @@ impl ApiError {
     }
 
     /// The French sentence sent to the client. Internal details are never sent (they are logged).
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             ApiError::InvalidToken => "Token d'accès absent ou invalide.".into(),
             ApiError::NoFile => {
@@ -213,7 +213,7 @@ impl ApiError {
 
     /// The log's words for this refusal (specification §8), with the internal detail the client is
     /// not told; `method` is the request's, named when it is the reason.
-    pub fn log_words(&self, method: &str) -> String {
+    pub(crate) fn log_words(&self, method: &str) -> String {
         match self {
             ApiError::InvalidToken => "token invalide".into(),
             ApiError::NoFile => "fichier absent".into(),
@@ -256,7 +256,7 @@ impl ApiError {
     }
 
     /// The HTTP answer: status, JSON body, and the headers some statuses require.
-    pub fn to_response(&self) -> Response {
+    pub(crate) fn to_response(&self) -> Response {
         let body = json!({"succes": false, "erreur": self.code(), "message": self.message()});
         let r = Response::json(self.status(), &body)
             .header("Cache-Control", "no-store")
@@ -316,7 +316,7 @@ impl From<ResumableError> for ApiError {
 }
 
 /// The `Retry-After` of a busy store: the lock deadline, in whole seconds, at least 1.
-pub fn retry_after_secs() -> u64 {
+pub(crate) fn retry_after_secs() -> u64 {
     crate::store::lock_wait().as_secs_f64().ceil().max(1.0) as u64
 }
 

@@ -17,7 +17,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 /// `mkdir -p` with mode 0700 for what it creates.
-pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -32,7 +32,7 @@ const OPEN_WRITE: u32 = 0o022;
 
 /// What the check says about one folder.
 #[derive(Debug, PartialEq)]
-pub enum Finding {
+pub(crate) enum Finding {
     /// Not there yet (created 0700 at start-up).
     Missing,
     /// Usable as it is.
@@ -74,7 +74,7 @@ fn judge(shown: &Path, st: &Stat) -> Finding {
 /// The account the program's folders belong to, which the program must run as: the owner of the
 /// store folder `root`, else of the log folder `log_dir` (the first of them that exists; `None`
 /// when neither does yet).
-pub fn owner(root: &Path, log_dir: &Path) -> Option<u32> {
+pub(crate) fn owner(root: &Path, log_dir: &Path) -> Option<u32> {
     [root, log_dir]
         .into_iter()
         .find_map(|p| rustix::fs::lstat(p).ok().map(|st| st.st_uid))
@@ -83,7 +83,10 @@ pub fn owner(root: &Path, log_dir: &Path) -> Option<u32> {
 /// Opens the existing folder `name` of `parent` (or the absolute path `name`, with
 /// `rustix::fs::CWD`) read-only, never through a symbolic link, creating and checking nothing:
 /// `None` when it does not exist (`depot-fichiers etat`, which changes nothing).
-pub fn open_existing(parent: impl AsFd, name: impl AsRef<Path>) -> io::Result<Option<OwnedFd>> {
+pub(crate) fn open_existing(
+    parent: impl AsFd,
+    name: impl AsRef<Path>,
+) -> io::Result<Option<OwnedFd>> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     match rustix::fs::openat(parent, name.as_ref(), flags, Mode::empty()) {
         Ok(fd) => Ok(Some(fd)),
@@ -93,7 +96,7 @@ pub fn open_existing(parent: impl AsFd, name: impl AsRef<Path>) -> io::Result<Op
 }
 
 /// Looks at a folder without changing anything (`check-config`).
-pub fn inspect(path: &Path) -> Finding {
+pub(crate) fn inspect(path: &Path) -> Finding {
     match rustix::fs::lstat(path) {
         Ok(st) => judge(path, &st),
         Err(Errno::NOENT) => Finding::Missing,
@@ -107,7 +110,7 @@ pub fn inspect(path: &Path) -> Finding {
 
 /// The `check-config` report on the four folders (the store `root` with its `.meta` and `.tmp`,
 /// the log folder `log_dir`): lines to print, and whether one is refused.
-pub fn report(root: &Path, log_dir: &Path) -> (Vec<String>, bool) {
+pub(crate) fn report(root: &Path, log_dir: &Path) -> (Vec<String>, bool) {
     let mut lines = Vec::new();
     let mut refused = false;
     let mut note = |key: &str, path: &Path| -> Finding {
@@ -143,7 +146,7 @@ pub fn report(root: &Path, log_dir: &Path) -> (Vec<String>, bool) {
 
 /// Why a folder cannot be used.
 #[derive(Debug)]
-pub enum FolderError {
+pub(crate) enum FolderError {
     /// The check refuses it (symbolic link, not a directory, another user's): the message names
     /// the folder and says why.
     Refused(String),
@@ -172,7 +175,7 @@ impl From<FolderError> for io::Error {
 }
 
 /// A folder opened and checked; `tightened` holds the mode it had when it was too open.
-pub struct Opened {
+pub(crate) struct Opened {
     /// The open folder.
     pub fd: OwnedFd,
     /// The former mode, when the folder was tightened to 0700.
@@ -181,7 +184,7 @@ pub struct Opened {
 
 impl Opened {
     /// The line that tells the operator a folder was tightened.
-    pub fn note(&self, shown: &Path) -> Option<String> {
+    pub(crate) fn note(&self, shown: &Path) -> Option<String> {
         self.tightened.map(|mode| {
             format!(
                 "le dossier {} était en mode {mode:04o} (modifiable par le groupe ou les autres) : \
@@ -193,7 +196,7 @@ impl Opened {
 }
 
 /// Opens (creating it 0700 with its parents if missing) and checks the absolute folder `path`.
-pub fn open_private(path: &Path) -> Result<Opened, FolderError> {
+pub(crate) fn open_private(path: &Path) -> Result<Opened, FolderError> {
     if matches!(rustix::fs::lstat(path), Err(Errno::NOENT)) {
         create_private_dir(path).map_err(|e| {
             FolderError::Io(io::Error::new(
@@ -207,7 +210,11 @@ pub fn open_private(path: &Path) -> Result<Opened, FolderError> {
 
 /// Opens (creating it 0700 if missing) and checks the folder `name` of the folder `parent`;
 /// `shown` is its path for messages.
-pub fn open_private_at(parent: &OwnedFd, name: &str, shown: &Path) -> Result<Opened, FolderError> {
+pub(crate) fn open_private_at(
+    parent: &OwnedFd,
+    name: &str,
+    shown: &Path,
+) -> Result<Opened, FolderError> {
     match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(PRIVATE)) {
         Ok(()) | Err(Errno::EXIST) => {}
         Err(e) => {

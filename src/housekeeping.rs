@@ -30,10 +30,10 @@ use crate::store::{Store, SweepReport, is_lock_busy};
 /// How long a request waits for the sweep it started.
 /// Longer than one budgeted sweep (`store/index.rs`: 20 ms), so that a sweep of what is due is
 /// normally over when the request that started it goes on.
-pub const HANDOFF_WAIT: Duration = Duration::from_millis(25);
+pub(crate) const HANDOFF_WAIT: Duration = Duration::from_millis(25);
 
 /// The handle a process keeps on its housekeeping thread.
-pub struct Housekeeper {
+pub(crate) struct Housekeeper {
     shared: Arc<Shared>,
 }
 
@@ -69,7 +69,7 @@ const REMOVAL_TIME: Duration = Duration::from_millis(20);
 
 impl Housekeeper {
     /// Starts the thread, which owns `store` and `log`.
-    pub fn start(store: Store, log: Log) -> io::Result<Housekeeper> {
+    pub(crate) fn start(store: Store, log: Log) -> io::Result<Housekeeper> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wanted: Condvar::new(),
@@ -86,7 +86,7 @@ impl Housekeeper {
 
     /// Asks for a sweep, and waits at most [`HANDOFF_WAIT`] for it (the process's other
     /// requests go on meanwhile); returns at once when the thread is already at work.
-    pub async fn sweep(&self) {
+    pub(crate) async fn sweep(&self) {
         let finished = self.shared.finished.notified();
         tokio::pin!(finished);
         // Registered before the thread can finish: its `notify_waiters` then reaches us.
@@ -104,7 +104,7 @@ impl Housekeeper {
 
     /// Asks for the removal of `name`, which a lookup found expired, and waits at most
     /// [`HANDOFF_WAIT`] for it (the process's other requests go on meanwhile).
-    pub async fn remove(&self, name: &Name) {
+    pub(crate) async fn remove(&self, name: &Name) {
         let removed = self.shared.removed.notified();
         tokio::pin!(removed);
         removed.as_mut().enable();
@@ -170,7 +170,7 @@ fn run(shared: &Shared, store: &Store, log: &Log) {
 
 /// What a sweep did that the log keeps: a check of the kept totals that changed them (files
 /// removed or put there otherwise than by the program, a total lost).
-pub fn log_sweep(log: &Log, report: &SweepReport) {
+pub(crate) fn log_sweep(log: &Log, report: &SweepReport) {
     for name in &report.removed_resumables {
         log.ok(&format!(
             "balayage — reprise \"{}\" inachevée effacée (délai écoulé)",
@@ -195,7 +195,7 @@ pub fn log_sweep(log: &Log, report: &SweepReport) {
 
 /// Removes the expired pair of `name` (judged again under the lock); a failure is only logged:
 /// the download that found the pair answers 404 whatever becomes of it.
-pub fn remove_expired(store: &Store, name: &Name, log: &Log) {
+pub(crate) fn remove_expired(store: &Store, name: &Name, log: &Log) {
     if let Err(e) = store.remove_expired(name) {
         log.error(&format!("suppression d'un fichier expiré impossible : {e}"));
     }

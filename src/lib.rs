@@ -4,7 +4,7 @@
 //!
 //! Modules are private unless `src/main.rs`, `tests/`, `fuzz/` or `examples/` use them.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod access;
 pub mod admin;
@@ -14,11 +14,11 @@ pub mod config;
 pub mod endpoints;
 mod error;
 pub mod fastcgi;
-pub mod folders;
-pub mod housekeeping;
+mod folders;
+mod housekeeping;
 pub mod http;
 pub mod log;
 pub mod names;
-pub mod network_fs;
+mod network_fs;
 pub mod store;
 mod wording;

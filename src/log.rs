@@ -76,7 +76,7 @@ fn links_and_size(file: &File) -> io::Result<(u64, u64)> {
 const NAME_CHECK: Duration = Duration::from_secs(1);
 
 /// The short host name from `/etc/hostname` (first label), `?` if unreadable.
-pub fn short_hostname() -> String {
+pub(crate) fn short_hostname() -> String {
     std::fs::read_to_string("/etc/hostname")
         .ok()
         .and_then(|s| {
@@ -139,13 +139,13 @@ const STAMP: &str = "%Y-%m-%d %H:%M:%S";
 
 /// Whether a line of the log (without its newline) reports a failure of the program: the shape
 /// of [`error_line`].
-pub fn is_error_line(line: &str) -> bool {
+pub(crate) fn is_error_line(line: &str) -> bool {
     line.ends_with(ERROR)
 }
 
 /// The second a line of the log was written, read from its date (local time); `None` for a
 /// line that does not begin with one.
-pub fn line_time(line: &str) -> Option<i64> {
+pub(crate) fn line_time(line: &str) -> Option<i64> {
     let date = line.strip_prefix('[')?.get(..19)?;
     let civil = jiff::civil::DateTime::strptime(STAMP, date).ok()?;
     let zoned = civil.to_zoned(local_time_zone().clone()).ok()?;
@@ -170,7 +170,7 @@ pub fn ok_line(what: &str) -> String {
 }
 
 /// The shape of a line that reports a refusal (specification §8): `<what> — REFUSÉ`.
-pub fn refused_line(what: &str) -> String {
+pub(crate) fn refused_line(what: &str) -> String {
     format!("{what}{REFUSED}")
 }
 
@@ -197,7 +197,7 @@ impl Log {
     }
 
     /// The log in the folder `dir` (path `shown`), already opened and checked.
-    pub fn in_dir(
+    pub(crate) fn in_dir(
         dir: Option<OwnedFd>,
         shown: &Path,
         debug: bool,
@@ -217,7 +217,7 @@ impl Log {
     }
 
     /// Whether `debug = true`: the DEBUG lines are written.
-    pub fn debug_enabled(&self) -> bool {
+    pub(crate) fn debug_enabled(&self) -> bool {
         self.debug
     }
 
@@ -232,7 +232,7 @@ impl Log {
     }
 
     /// [`Log::ok`] with the text formatted straight into the line (no intermediate string).
-    pub fn ok_fmt(&self, what: std::fmt::Arguments<'_>) {
+    pub(crate) fn ok_fmt(&self, what: std::fmt::Arguments<'_>) {
         self.line_fmt(what, OK);
     }
 

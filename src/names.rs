@@ -18,14 +18,14 @@ pub const MAX_NAME_BYTES: usize = 250;
 
 /// Names the store uses for itself inside `dossier_fichiers`, refused in any case: on a
 /// case-insensitive filesystem (CIFS, ext4 with `casefold`) `.META` is the folder `.meta`.
-pub const RESERVED: &[&str] = &[".meta", ".tmp"];
+pub(crate) const RESERVED: &[&str] = &[".meta", ".tmp"];
 
 /// Names beginning with this (in any case) are Apache's per-directory files (`.htaccess`,
 /// `.htpasswd`, `.htdigest`, `.htgroup`), which Debian's `apache2.conf` never serves
 /// (`<FilesMatch "^\.ht">`): refused, so that an upload can never be one, and never touched by
 /// the sweep, so that a deployer's `.htaccess` in `dossier_fichiers` (`Require all denied`, on a
 /// host where the store has to live under the web root) stays.
-pub const RESERVED_PREFIX: &str = ".ht";
+pub(crate) const RESERVED_PREFIX: &str = ".ht";
 
 /// Whether `name` (a basename in NFC) is reserved: [`RESERVED`] or [`RESERVED_PREFIX`], in any
 /// case. Comparing ASCII letters without case is the whole of it: no other character folds onto
@@ -184,7 +184,7 @@ impl Name {
     }
 
     /// The sidecar's file name inside `.meta/`.
-    pub fn sidecar_file_name(&self) -> String {
+    pub(crate) fn sidecar_file_name(&self) -> String {
         let mut s = String::with_capacity(self.0.len() + 5);
         s.push_str(&self.0);
         s.push_str(".json");
@@ -193,7 +193,7 @@ impl Name {
 
     /// The name percent-encoded per RFC 3986 (only unreserved characters left as they are), for a
     /// query-string value or an RFC 8187 `filename*`.
-    pub fn percent_encoded(&self) -> String {
+    pub(crate) fn percent_encoded(&self) -> String {
         utf8_percent_encode(&self.0, UNRESERVED_COMPLEMENT).to_string()
     }
 

@@ -51,7 +51,7 @@ struct Mount {
 
 /// The warnings about `dossier_fichiers` (`dir`, which may not exist yet: its nearest existing
 /// ancestor is looked at), one French sentence each; empty on a local filesystem.
-pub fn warnings(dir: &Path) -> Vec<String> {
+pub(crate) fn warnings(dir: &Path) -> Vec<String> {
     let Some(existing) = nearest_existing(dir) else {
         return Vec::new();
     };
@@ -195,7 +195,7 @@ fn seconds(d: Duration) -> String {
 /// Whether the filesystem holding `fd` is FUSE or a network or cluster filesystem (by its
 /// `statfs` magic number): there a blocking `flock` may not give up when a signal comes (the
 /// store lock then polls, see `store/lock.rs`). `false` when `fstatfs` fails.
-pub fn is_remote_fd(fd: impl std::os::fd::AsFd) -> bool {
+pub(crate) fn is_remote_fd(fd: impl std::os::fd::AsFd) -> bool {
     rustix::fs::fstatfs(fd).is_ok_and(|s| remote_magic(&s).is_some())
 }
 

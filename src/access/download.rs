@@ -12,7 +12,7 @@ use crate::store::now_secs;
 /// them out in every configuration, and one opens strictly less than `token_acces`. Anything else
 /// is refused before the store is looked at, so a forged capability cannot probe which names
 /// exist.
-pub fn authorise(
+pub(crate) fn authorise(
     app: &App,
     token: &[u8],
     raw: &[u8],

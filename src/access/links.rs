@@ -95,7 +95,7 @@ impl UploadId {
 
 /// Why a `token=` that is not `token_acces` does not open a name (all answered 401).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Not of the capability's shape.
     Malformed,
     /// The MAC does not match this name, depot time and inode under this `token_acces`.
@@ -106,7 +106,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// French words for the log.
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             Refusal::Malformed => "mal formé",
             Refusal::Forged => "falsifié ou émis pour un autre nom",
@@ -145,7 +145,7 @@ pub fn capability(token_acces: &str, name: &Name, upload: UploadId) -> String {
 }
 
 /// The deletion capability of one upload of `name`.
-pub fn deletion_capability(token_acces: &str, name: &Name, upload: UploadId) -> String {
+pub(crate) fn deletion_capability(token_acces: &str, name: &Name, upload: UploadId) -> String {
     capability_for(Purpose::Delete, token_acces, name, upload)
 }
 
@@ -192,14 +192,14 @@ fn parse(purpose: Purpose, presented: &[u8]) -> Option<(UploadId, [u8; TAG_LEN])
 /// Whether `presented` has the shape of a capability (whatever name or upload it claims).
 /// `/mcp.php` refuses such a bearer without sending it to the authorization server: a link
 /// is a secret of this server, never an OAuth token.
-pub fn looks_like_capability(presented: &[u8]) -> bool {
+pub(crate) fn looks_like_capability(presented: &[u8]) -> bool {
     parse(Purpose::Read, presented).is_some() || parse(Purpose::Delete, presented).is_some()
 }
 
 /// Checks the capability `presented` for `name` at time `now` (seconds): the upload it was
 /// issued for, or why it opens nothing. Pure: no look-up, so a forged capability cannot tell
 /// whether a name exists.
-pub fn verify(
+pub(crate) fn verify(
     token_acces: &str,
     max_age_secs: u64,
     name: &Name,
@@ -217,7 +217,7 @@ pub fn verify(
 }
 
 /// [`verify`] for a deletion capability (`url_suppression`).
-pub fn verify_deletion(
+pub(crate) fn verify_deletion(
     token_acces: &str,
     max_age_secs: u64,
     name: &Name,
@@ -273,7 +273,12 @@ pub fn download_url(
 
 /// The link of one upload of `name` whose `token=` is that upload's capability, never
 /// `token_acces`: what the MCP tool returns in mode `lien`, whatever `liens_par_fichier` says.
-pub fn capability_url(url_base: &str, token_acces: &str, name: &Name, upload: UploadId) -> String {
+pub(crate) fn capability_url(
+    url_base: &str,
+    token_acces: &str,
+    name: &Name,
+    upload: UploadId,
+) -> String {
     format!(
         "{url_base}/download.php?fichier={}&token={}",
         name.percent_encoded(),
@@ -283,7 +288,12 @@ pub fn capability_url(url_base: &str, token_acces: &str, name: &Name, upload: Up
 
 /// The `url_suppression` of one upload of `name`: its deletion capability, on `download.php`
 /// (the address a connector already talks to), for `DELETE` or `POST` only.
-pub fn deletion_url(url_base: &str, token_acces: &str, name: &Name, upload: UploadId) -> String {
+pub(crate) fn deletion_url(
+    url_base: &str,
+    token_acces: &str,
+    name: &Name,
+    upload: UploadId,
+) -> String {
     format!(
         "{url_base}/download.php?fichier={}&suppression={}",
         name.percent_encoded(),

@@ -13,7 +13,7 @@ pub fn matches(cfg: &Config, given: &[u8]) -> bool {
 /// `Authorization: Bearer <token_acces>`: the header read by the one bearer parser
 /// ([`crate::access::bearer::parse`]), the token compared in constant time
 /// ([`matches`]).
-pub fn bearer_matches(header: Option<&str>, cfg: &Config) -> bool {
+pub(crate) fn bearer_matches(header: Option<&str>, cfg: &Config) -> bool {
     crate::access::bearer::parse(header).is_ok_and(|t| matches(cfg, t.as_bytes()))
 }
 

@@ -6,9 +6,9 @@ use std::path::Path;
 use crate::config::Config;
 
 /// How a subcommand run by root words what it does under the store owner's account.
-pub struct Doing {
+pub(crate) struct Doing {
     /// `vérification`.
-    pub noun: &'static str,
+    pub(crate) noun: &'static str,
     /// `vérifié`.
     pub done: &'static str,
     /// The subcommand, for the equivalent `runuser` command.
@@ -16,14 +16,14 @@ pub struct Doing {
 }
 
 /// `check-config`.
-pub const CHECKING: Doing = Doing {
+pub(crate) const CHECKING: Doing = Doing {
     noun: "vérification",
     done: "vérifié",
     command: "check-config",
 };
 
 /// `etat`.
-pub const READING: Doing = Doing {
+pub(crate) const READING: Doing = Doing {
     noun: "lecture",
     done: "lu",
     command: "etat",
@@ -35,7 +35,7 @@ pub const READING: Doing = Doing {
 /// configuration again as that account, exactly as `runuser -u <account> -- depot-fichiers …
 /// <subcommand>` would; `say` gets the lines that tell so. `Ok(None)`: no folder exists yet,
 /// or they are root's: done as root. `Err`: why it cannot be done as that account.
-pub fn as_owner(
+pub(crate) fn as_owner(
     path: &Path,
     cfg: &Config,
     doing: &Doing,

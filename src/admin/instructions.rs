@@ -7,10 +7,10 @@ use crate::config::Config;
 use crate::wording::size_fr;
 
 /// Connector name used when none is given on the command line.
-pub const DEFAULT_CONNECTOR: &str = "depot-fichiers";
+pub(crate) const DEFAULT_CONNECTOR: &str = "depot-fichiers";
 
 /// Placeholder written instead of the token unless `with_token` is set.
-pub const TOKEN_PLACEHOLDER: &str = "<TOKEN_ACCES>";
+pub(crate) const TOKEN_PLACEHOLDER: &str = "<TOKEN_ACCES>";
 
 /// Renders the French paragraph of the original brief's closing section for this deployment.
 ///
@@ -94,7 +94,7 @@ Dans tous les cas :
 /// `%header{}`; otherwise, and after any failure, asked by `HEAD`); a failed part (no answer,
 /// 1xx, 409, 5xx) sent again after a second, 20 failures in a row at most; 4xx other than 409
 /// stops it. Prints the upload's JSON.
-pub fn resumable_function(upload_url: &str, token: &str) -> String {
+pub(crate) fn resumable_function(upload_url: &str, token: &str) -> String {
     format!(
         r#"depot_envoyer() (
   f=$1; n=${{2:-${{1##*/}}}}; p=8388608; e=0; l=; k=; z='
@@ -173,7 +173,6 @@ fn duration_fr(secs: u64) -> String {
         format!("{secs} seconde{}", if secs > 1 { "s" } else { "" })
     }
 }
-
 
 #[cfg(test)]
 mod tests {

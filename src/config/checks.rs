@@ -122,7 +122,7 @@ const PLACEHOLDER_PREFIX: &str = "remplacer-par";
 /// Whether `value` of the secret `key` is a placeholder: the value `config.example.toml` gives
 /// that key, or any value beginning with [`PLACEHOLDER_PREFIX`] (whatever the case). Anyone who
 /// has read the example file knows them.
-pub fn is_placeholder(key: &str, value: &str) -> bool {
+pub(crate) fn is_placeholder(key: &str, value: &str) -> bool {
     let prefix = value.get(..PLACEHOLDER_PREFIX.len());
     if prefix.is_some_and(|p| p.eq_ignore_ascii_case(PLACEHOLDER_PREFIX)) {
         return true;

@@ -46,7 +46,7 @@ pub(super) struct File {
     pub oauth_scope_requis: Text,
     pub mcp_resource_url: Option<Text>,
     #[serde(default)]
-    pub oauth_audience_obligatoire: Flag<true>,
+    pub(crate) oauth_audience_obligatoire: Flag<true>,
     #[serde(default)]
     pub origines_autorisees: List,
     #[serde(default)]
@@ -58,15 +58,15 @@ pub(super) struct File {
     #[serde(default)]
     pub nombre_max_reprises_en_cours: Bounded<1, 1_000_000, 1024>,
     #[serde(default)]
-    pub telechargements_max_par_fichier: Bounded<1, 1000, 100>,
+    pub(crate) telechargements_max_par_fichier: Bounded<1, 1000, 100>,
     #[serde(default)]
     pub mcp_taille_max_requete_octets: Bounded<1024, { 64 * MIB }, MIB>,
     #[serde(default)]
     pub oauth_delai_max_secondes: Timeout,
     #[serde(default)]
-    pub taille_max_log_octets: Bounded<4096, GIB, { 8 * MIB }>,
+    pub(crate) taille_max_log_octets: Bounded<4096, GIB, { 8 * MIB }>,
     #[serde(default)]
-    pub nombre_logs_conserves: Bounded<0, 1000, 3>,
+    pub(crate) nombre_logs_conserves: Bounded<0, 1000, 3>,
     #[serde(default)]
     pub x_sendfile: Flag<false>,
     #[serde(default)]
@@ -190,7 +190,7 @@ pub(super) struct Timeout(pub f64);
 
 impl Timeout {
     /// The allowed range, in seconds.
-    pub const RANGE: (f64, f64) = (0.1, 300.0);
+    pub(super) const RANGE: (f64, f64) = (0.1, 300.0);
 }
 
 impl Default for Timeout {

@@ -13,7 +13,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use checks::is_placeholder;
 use checks::{
     check_access_token, check_client, check_not_cleartext, check_scope, check_url, is_example_host,
     is_loopback_host, url_host,
@@ -22,16 +21,16 @@ use file::File;
 pub use file::keys;
 
 /// Environment variable holding the config path (settable with `FcgidInitialEnv`).
-pub const CONFIG_ENV: &str = "DEPOT_FICHIERS_CONFIG";
+pub(crate) const CONFIG_ENV: &str = "DEPOT_FICHIERS_CONFIG";
 /// Path used when neither `--config` nor the environment names one.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/depot-fichiers/config.toml";
 /// Where, under the home folder of the account the program runs as, the configuration is looked
 /// for before [`DEFAULT_CONFIG_PATH`] when neither `--config` nor the environment gives one.
-pub const HOME_CONFIG_PATH: &str = ".config/depot-fichiers/config.toml";
+pub(crate) const HOME_CONFIG_PATH: &str = ".config/depot-fichiers/config.toml";
 
 /// The order in which the configuration file is looked for, in French (`--help`, man page,
 /// errors). Kept next to [`resolve_path`], which implements it.
-pub const SEARCH_ORDER: &str = "1. --config CHEMIN (jamais en CGI : les arguments y viennent \
+pub(crate) const SEARCH_ORDER: &str = "1. --config CHEMIN (jamais en CGI : les arguments y viennent \
     de la requête) ; 2. la variable DEPOT_FICHIERS_CONFIG ; 3. ~/.config/depot-fichiers/config.toml, \
     s'il existe, où ~ est le dossier personnel du compte qui exécute le programme tel que le \
     donne la base des utilisateurs (getpwuid), jamais $HOME (que suEXEC efface) ni rien de ce \
@@ -70,26 +69,26 @@ pub struct Access {
     pub token: String,
     /// `liens_par_fichier`: the upload reply's link carries a per-file capability instead of
     /// the token (see `access/links.rs`; the MCP tool's link always does).
-    pub per_file_links: bool,
+    pub(crate) per_file_links: bool,
 }
 
 /// Sizes, in bytes.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// `taille_max_fichier_octets`: the largest upload (413 above).
-    pub max_file_bytes: u64,
+    pub(crate) max_file_bytes: u64,
     /// `taille_max_totale_octets`: the capacity of the store in bytes of stored files (0: no
     /// limit; 507 above).
-    pub max_total_bytes: u64,
+    pub(crate) max_total_bytes: u64,
     /// `nombre_max_reprises_en_cours`: the unfinished resumable uploads a store holds at most
     /// (507 `trop_de_reprises` for a creation beyond).
-    pub max_resumables: u64,
+    pub(crate) max_resumables: u64,
     /// `telechargements_max_par_fichier`: the largest download count a sender may ask for
     /// (400 `telechargements_invalides` beyond).
-    pub max_downloads: u64,
+    pub(crate) max_downloads: u64,
     /// `taille_max_base64_octets`: the largest total of files returned in base64 by one
     /// `/mcp.php` request.
-    pub max_base64_bytes: u64,
+    pub(crate) max_base64_bytes: u64,
     /// `mcp_taille_max_requete_octets`: the largest JSON body accepted on `/mcp.php` (413
     /// above).
     pub max_mcp_request_bytes: u64,
@@ -99,12 +98,12 @@ pub struct Limits {
 #[derive(Debug, Clone)]
 pub struct Expiry {
     /// `duree_max_depot_secondes`: the longest life of a file after its upload.
-    pub max_age_secs: u64,
+    pub(crate) max_age_secs: u64,
     /// `duree_inactivite_secondes`: the longest time since the last download (or the upload).
-    pub max_idle_secs: u64,
+    pub(crate) max_idle_secs: u64,
     /// `balayage_intervalle_min_ms`: the minimum interval between two full sweeps (0: a real
     /// scan on every request).
-    pub min_sweep_interval_ms: u64,
+    pub(crate) min_sweep_interval_ms: u64,
 }
 
 /// The folders (absolute paths).
@@ -122,9 +121,9 @@ pub struct LogConfig {
     /// `debug`: the verbose log (request headers, introspection answers, expiry computations).
     pub debug: bool,
     /// `taille_max_log_octets`: the size at which the log is rotated.
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
     /// `nombre_logs_conserves`: the rotated files kept (`.1` … `.N`).
-    pub kept_files: u32,
+    pub(crate) kept_files: u32,
 }
 
 /// The public addresses.
@@ -136,14 +135,14 @@ pub struct Site {
     pub mcp_resource_url: String,
     /// `origines_autorisees`: the `Origin` values accepted on `/mcp.php` besides `url_base`'s
     /// own.
-    pub allowed_origins: Vec<String>,
+    pub(crate) allowed_origins: Vec<String>,
 }
 
 /// The OAuth resource server of `/mcp.php`.
 #[derive(Debug, Clone)]
 pub struct OAuth {
     /// `oauth_url`, exactly as configured (compared as a string with the server's `issuer`).
-    pub issuer_url: String,
+    pub(crate) issuer_url: String,
     /// `oauth_introspection_url`; by default `<oauth_url>/introspect`.
     pub introspection_url: String,
     /// `oauth_client_id`: this server's own client at the authorization server (introspection
@@ -152,9 +151,9 @@ pub struct OAuth {
     /// `oauth_client_secret`: the secret of `client_id`.
     pub client_secret: String,
     /// `oauth_scope_requis`: the scope a bearer token must carry (empty: none).
-    pub required_scope: String,
+    pub(crate) required_scope: String,
     /// `oauth_audience_obligatoire`: refuse a token whose introspection carries no `aud`.
-    pub audience_required: bool,
+    pub(crate) audience_required: bool,
     /// `oauth_delai_max_secondes`: the total time allowed for one introspection call.
     pub timeout: Duration,
 }
@@ -166,7 +165,7 @@ pub struct XSendfile {
     pub enabled: bool,
     /// `x_sendfile_taille_min_octets`: smaller files are still sent by the program (one FastCGI
     /// record is cheaper than mod_xsendfile's extra work).
-    pub min_bytes: u64,
+    pub(crate) min_bytes: u64,
 }
 
 /// A configuration that cannot be used, with the key at fault when there is one.
@@ -365,7 +364,7 @@ impl Config {
 
     /// The URL of this resource's RFC 9728 metadata, path-suffixed with `mcp.php` (specification
     /// §2.4): what the `WWW-Authenticate` challenges give in `resource_metadata`.
-    pub fn resource_metadata_url(&self) -> String {
+    pub(crate) fn resource_metadata_url(&self) -> String {
         format!(
             "{}/.well-known/oauth-protected-resource/mcp.php",
             self.site.base_url
@@ -374,7 +373,7 @@ impl Config {
 }
 
 /// A secret shown by its first 4 characters only.
-pub fn mask(secret: &str) -> String {
+pub(crate) fn mask(secret: &str) -> String {
     format!(
         "{} ({} caractères)",
         crate::log::redact(secret),
@@ -384,7 +383,7 @@ pub fn mask(secret: &str) -> String {
 
 impl Config {
     /// The effective configuration as TOML, secrets masked (`check-config`).
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         toml::to_string(&self.file).expect("the configuration always serialises")
     }
 

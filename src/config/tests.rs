@@ -1,11 +1,12 @@
 //! The unit tests of the configuration: defaults, bounds, the key named by every refusal, the
 //! example file, check-config's view.
 
+use super::checks::is_placeholder;
 use super::*;
 
 const MIB: u64 = 1024 * 1024;
 
-pub const MINIMAL: &str = r#"
+pub(crate) const MINIMAL: &str = r#"
 token_acces = "0123456789abcdef0123456789abcdef"
 dossier_fichiers = "/srv/depot/files"
 dossier_log = "/srv/depot/log"

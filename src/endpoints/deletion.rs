@@ -17,16 +17,16 @@ use crate::names::Name;
 use crate::store::{Version, now_secs};
 
 /// The query parameter of a deletion link.
-pub const LINK_PARAM: &str = "suppression";
+pub(crate) const LINK_PARAM: &str = "suppression";
 
 /// Whether a request to `download.php` is a deletion link's.
-pub fn is_link(req: &Request) -> bool {
+pub(crate) fn is_link(req: &Request) -> bool {
     req.query_param(LINK_PARAM).is_some()
 }
 
 /// `DELETE /upload.php?fichier=<nom>` with `Authorization: Bearer <token_acces>`: whatever
 /// version is there.
-pub async fn by_token(app: &App, req: &Request) -> Response {
+pub(super) async fn by_token(app: &App, req: &Request) -> Response {
     app.sweep().await;
     let outcome = async {
         if !bearer_matches(req.header("Authorization"), &app.cfg) {
@@ -42,7 +42,7 @@ pub async fn by_token(app: &App, req: &Request) -> Response {
 
 /// The deletion link: `DELETE` or `POST` on `download.php?fichier=<nom>&suppression=<s1.…>`,
 /// which removes the version it was issued for, and nothing else.
-pub async fn by_link(app: &App, req: &Request) -> Response {
+pub(crate) async fn by_link(app: &App, req: &Request) -> Response {
     app.sweep().await;
     let outcome = async {
         let method = req.method();

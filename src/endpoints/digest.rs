@@ -10,7 +10,7 @@ use base64::Engine;
 /// 9651): the `sha-256` member's 32 bytes. `Err` with the reason when the field is not a
 /// dictionary, or has no `sha-256` member of 32 bytes (the only algorithm checked here: a digest
 /// the sender counts on is never ignored in silence).
-pub fn repr_digest(field: &str) -> Result<[u8; 32], String> {
+pub(super) fn repr_digest(field: &str) -> Result<[u8; 32], String> {
     let dict = sfv::Parser::new(field)
         .parse::<sfv::Dictionary>()
         .map_err(|e| format!("en-tête Repr-Digest illisible ({e})"))?;
@@ -30,7 +30,7 @@ pub fn repr_digest(field: &str) -> Result<[u8; 32], String> {
 }
 
 /// The `Repr-Digest` of an answer: `sha-256=:<base64>:`.
-pub fn repr_digest_field(digest: &[u8; 32]) -> String {
+pub(crate) fn repr_digest_field(digest: &[u8; 32]) -> String {
     format!(
         "sha-256=:{}:",
         base64::engine::general_purpose::STANDARD.encode(digest)
@@ -38,7 +38,7 @@ pub fn repr_digest_field(digest: &[u8; 32]) -> String {
 }
 
 /// The `sha256` form field: 64 hexadecimal digits (either case), blanks around them ignored.
-pub fn hex_field(value: &[u8]) -> Option<[u8; 32]> {
+pub(crate) fn hex_field(value: &[u8]) -> Option<[u8; 32]> {
     let value = value.trim_ascii();
     if value.len() != 64 {
         return None;

@@ -15,7 +15,7 @@ use crate::names::Name;
 use crate::store::{Found, Looked, Store, Take, Ticket, Version};
 
 /// Handles one download; every outcome is logged.
-pub async fn handle(app: &App, req: &Request) -> Response {
+pub(super) async fn handle(app: &App, req: &Request) -> Response {
     app.sweep().await;
     let method = req.method();
     let head = method == "HEAD";
@@ -290,7 +290,7 @@ fn sendfile_path(app: &App, found: &Found) -> Option<String> {
 /// and ends the value at the line end, so a value must not start or end with a blank nor hold a
 /// control character; a path that is not UTF-8 cannot be written as it is. Other bytes (space,
 /// `+`, `#`, `?`, non-ASCII) are taken literally by both generations.
-pub fn x_sendfile_value(path: &std::path::Path) -> Option<String> {
+pub(crate) fn x_sendfile_value(path: &std::path::Path) -> Option<String> {
     let s = path.to_str()?;
     let blank = |c: char| c == ' ' || c == '\t';
     let safe = !s.is_empty()
@@ -324,7 +324,7 @@ fn if_range_allows(if_range: Option<&str>, etag: &str) -> bool {
 
 /// What to send for a `Range` header.
 #[derive(Debug, PartialEq)]
-pub enum RangeAnswer {
+pub(crate) enum RangeAnswer {
     Whole,
     /// First and last byte, inclusive.
     Part(u64, u64),
@@ -333,7 +333,7 @@ pub enum RangeAnswer {
 
 /// A single `bytes=a-b`, `a-` or `-n` range (RFC 9110 §14). Several ranges, another unit or a
 /// malformed header are ignored (the whole file is sent).
-pub fn parse_range(header: &str, size: u64) -> RangeAnswer {
+pub(crate) fn parse_range(header: &str, size: u64) -> RangeAnswer {
     let Some(spec) = header.trim().strip_prefix("bytes=") else {
         return RangeAnswer::Whole;
     };

@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use crate::http::{Request, Response};
 
 /// The metadata document.
-pub fn document(cfg: &Config) -> serde_json::Value {
+pub(super) fn document(cfg: &Config) -> serde_json::Value {
     let scopes: Vec<&str> = if cfg.oauth.required_scope.is_empty() {
         vec![]
     } else {
@@ -23,7 +23,7 @@ pub fn document(cfg: &Config) -> serde_json::Value {
     })
 }
 
-pub fn handle(app: &App, req: &Request) -> Response {
+pub(super) fn handle(app: &App, req: &Request) -> Response {
     let method = req.method();
     if method != "GET" && method != "HEAD" {
         let e = ApiError::MethodNotAllowed("GET, HEAD");

@@ -19,5 +19,3 @@ mod metadata;
 mod resumable;
 pub mod router;
 mod upload;
-
-pub use download::x_sendfile_value;

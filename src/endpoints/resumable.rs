@@ -40,9 +40,9 @@ use crate::store::{
 };
 
 /// The query parameter that names an upload resource.
-pub const PARAM: &str = "reprise";
+pub(crate) const PARAM: &str = "reprise";
 /// The media type of a part.
-pub const PARTIAL_UPLOAD: &str = "application/partial-upload";
+pub(crate) const PARTIAL_UPLOAD: &str = "application/partial-upload";
 /// The methods of an upload resource.
 const RESOURCE_METHODS: &str = "GET, HEAD, PATCH, DELETE, OPTIONS";
 
@@ -59,7 +59,7 @@ enum Op {
 
 /// Whether this request to `upload.php` is for the resumable upload: it names an upload
 /// resource, asks `OPTIONS`, or is a `POST` with `Upload-Complete` whose body is not multipart.
-pub fn concerns(req: &Request) -> bool {
+pub(crate) fn concerns(req: &Request) -> bool {
     req.query_param(PARAM).is_some()
         || req.method() == "OPTIONS"
         || (req.method() == "POST"
@@ -101,7 +101,7 @@ fn before_the_body(app: &App, req: &Request) -> Result<Op, ApiError> {
 /// Whether this request would have its body read (the authorizer's question, see
 /// [`crate::endpoints::router::authorize`]): a `PATCH` or a creation with the right token; an `OPTIONS`
 /// only without a body.
-pub fn reads_body(app: &App, req: &Request) -> bool {
+pub(crate) fn reads_body(app: &App, req: &Request) -> bool {
     match before_the_body(app, req) {
         Ok(Op::Options) => req.announced_length().unwrap_or(0) == 0,
         Ok(_) => true,
@@ -131,7 +131,7 @@ struct Done {
 }
 
 /// Handles one request on the resumable upload; every change and every refusal is logged.
-pub async fn handle(app: &App, req: &mut Request) -> Response {
+pub(super) async fn handle(app: &App, req: &mut Request) -> Response {
     app.sweep().await;
     let method = req.method().to_string();
     match serve(app, req).await {

@@ -86,7 +86,7 @@ pub fn authorize(app: &App, req: &Request) -> Response {
 /// internal redirect: `REDIRECT_STATUS` is set, which no client can send): the same parameters
 /// (the headers, `REQUEST_URI`) with the original's method, script and query string, and no
 /// body. `None` for anything else.
-pub fn refused_request(req: &Request) -> Option<Request> {
+pub(crate) fn refused_request(req: &Request) -> Option<Request> {
     let p = &req.params;
     let script = p.get_bytes("SCRIPT_NAME")?;
     if last_segment(script) != REFUSAL || p.get_bytes("REDIRECT_STATUS").is_none() {

@@ -31,7 +31,7 @@ use crate::store::{Life, Published};
 const MAX_UNPRODUCTIVE_BYTES: usize = 1024 * 1024;
 
 /// Handles one upload; every outcome is logged.
-pub async fn handle(app: &App, req: &mut Request) -> Response {
+pub(super) async fn handle(app: &App, req: &mut Request) -> Response {
     app.sweep().await;
     match upload(app, req).await {
         Ok((name, published)) => {
@@ -63,7 +63,7 @@ fn before_the_body(app: &App, req: &Request) -> Result<(), ApiError> {
 
 /// Whether this request would have its body read (the authorizer's question, see
 /// [`crate::endpoints::router::authorize`]).
-pub fn reads_body(app: &App, req: &Request) -> bool {
+pub(crate) fn reads_body(app: &App, req: &Request) -> bool {
     before_the_body(app, req).is_ok()
 }
 
@@ -234,7 +234,7 @@ impl LifeFields {
 /// `duree_max_secondes` and `telechargements_max` (form fields of an upload, query parameters
 /// of a resumable creation; `None`: not asked): the one reading of both. A value is a decimal
 /// integer (blanks around it allowed) within its bounds, or the field's own 400.
-pub fn asked_life(
+pub(crate) fn asked_life(
     app: &App,
     max_age: Option<&[u8]>,
     downloads: Option<&[u8]>,
@@ -273,7 +273,7 @@ fn digest_field_error() -> ApiError {
 
 /// The file name and field name of a part, from its raw `Content-Disposition`.
 #[derive(Debug, Default, PartialEq)]
-pub struct Disposition {
+pub(super) struct Disposition {
     pub name: Option<Vec<u8>>,
     pub filename: Option<Vec<u8>>,
 }
@@ -281,7 +281,7 @@ pub struct Disposition {
 /// Parses `form-data; name="…"; filename="…"` (quoted strings with `\"` and `\\` escapes, as
 /// curl writes them) and RFC 8187 `filename*=UTF-8''…`, which wins over `filename`. Bytes are kept
 /// raw: the name choke point decides what is acceptable.
-pub fn parse_disposition(raw: &[u8]) -> Disposition {
+pub(crate) fn parse_disposition(raw: &[u8]) -> Disposition {
     let mut out = Disposition::default();
     let mut ext_filename = None;
     let mut i = 0;
@@ -422,7 +422,7 @@ fn multipart_error(e: multer::Error) -> ApiError {
 /// The success reply: the five fields of the specification, then `sha256`, `expire_a` and
 /// `expire_si_inactif_dans_secondes`, `url_suppression`, and `telechargements_restants` for a
 /// counted file (specification §2.6). The age fields say the shorter of the two lives.
-pub fn success(app: &App, name: &Name, p: &Published) -> Response {
+pub(super) fn success(app: &App, name: &Name, p: &Published) -> Response {
     let max_age = p
         .sidecar
         .max_age_secs

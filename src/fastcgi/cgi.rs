@@ -23,7 +23,7 @@ use crate::http::{Body, Handler, Params, Request, write_response};
 const CHUNK: usize = 64 * 1024;
 
 /// The CGI parameters: every environment variable whose name is UTF-8.
-pub fn params_from_env() -> Params {
+pub(crate) fn params_from_env() -> Params {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_vec())))
         .collect()
@@ -39,7 +39,11 @@ fn content_length(params: &Params) -> Option<u64> {
 /// Reads a request body from `input` into `tx`, blocking: up to `limit` bytes if given, else to
 /// EOF. A body shorter than `limit` ends with an `UnexpectedEof` error. Once the receiver is gone
 /// the rest is still read and discarded (drained), so the web server never gets a broken pipe.
-pub fn pump_body<R: Read>(mut input: R, limit: Option<u64>, tx: mpsc::Sender<io::Result<Bytes>>) {
+pub(crate) fn pump_body<R: Read>(
+    mut input: R,
+    limit: Option<u64>,
+    tx: mpsc::Sender<io::Result<Bytes>>,
+) {
     let mut tx = Some(tx);
     let mut left = limit.unwrap_or(u64::MAX);
     while left > 0 {
@@ -78,7 +82,7 @@ pub fn pump_body<R: Read>(mut input: R, limit: Option<u64>, tx: mpsc::Sender<io:
 }
 
 /// Serves the one CGI request of this process.
-pub async fn serve(handler: Handler) {
+pub(super) async fn serve(handler: Handler) {
     let params = params_from_env();
     let limit = content_length(&params);
     let (tx, body) = Body::channel();

@@ -73,19 +73,19 @@ const READ_CHUNK: usize = 64 * 1024 + 2 * record::HEADER_LEN;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deadlines {
     /// A new connection must have sent its first BEGIN_REQUEST within this time.
-    pub first_record: Duration,
+    pub(crate) first_record: Duration,
     /// Between two requests on a kept connection (`FCGI_KEEP_CONN`): longer than nginx's
     /// upstream `keepalive_timeout` (60 s), so that nginx closes first.
-    pub keep_alive: Duration,
+    pub(crate) keep_alive: Duration,
     /// While a request is received (PARAMS, STDIN): its initial credit, and the longest silence
     /// allowed. Time during which this program does not read (the handler is busy) is not counted.
-    pub receive_grace: Duration,
+    pub(crate) receive_grace: Duration,
     /// Every byte received adds `1 / min_rate` s of credit (capped at `receive_grace`): a peer
     /// slower than this on average, e.g. one byte per minute, runs out of credit.
-    pub min_rate: u64,
+    pub(crate) min_rate: u64,
     /// Writing makes no progress at all (not a byte accepted) for this long: the connection is
     /// closed.
-    pub write_stall: Duration,
+    pub(crate) write_stall: Duration,
 }
 
 impl Default for Deadlines {
@@ -139,7 +139,7 @@ impl From<ProtocolError> for ConnError {
 /// What the driver must do next ([`Connection::poll_action`]). `A` is the handler's answer
 /// (`http::Response` in the program), which the connection only holds and hands back.
 #[derive(Debug)]
-pub enum Action<A> {
+pub(crate) enum Action<A> {
     /// Run the handler of this request. With [`BodyKind::Streams`], its body comes in
     /// [`Action::Body`] chunks until [`Action::BodyEnd`]; with [`BodyKind::Empty`] it has none,
     /// and nothing is read until the handler answers.
@@ -338,7 +338,7 @@ impl Outbox {
 
 /// Buffers a connection can take over from the previous one (see [`Connection::with_buffers`]).
 #[derive(Debug, Default)]
-pub struct Buffers {
+pub(crate) struct Buffers {
     input: BytesMut,
     out: Vec<u8>,
 }
@@ -381,7 +381,12 @@ impl<A> Connection<A> {
     }
 
     /// The same, reusing the buffers of a connection that ended ([`Connection::into_buffers`]).
-    pub fn with_buffers(now: Instant, values: Values, deadlines: Deadlines, b: Buffers) -> Self {
+    pub(crate) fn with_buffers(
+        now: Instant,
+        values: Values,
+        deadlines: Deadlines,
+        b: Buffers,
+    ) -> Self {
         Connection {
             machine: Machine::new(values),
             deadlines,
@@ -405,7 +410,7 @@ impl<A> Connection<A> {
     }
 
     /// The buffers, emptied, for the next connection.
-    pub fn into_buffers(self) -> Buffers {
+    pub(crate) fn into_buffers(self) -> Buffers {
         let (mut input, mut out) = (self.input, self.out.tail);
         input.clear();
         out.clear();
@@ -415,19 +420,19 @@ impl<A> Connection<A> {
     // ----- events ---------------------------------------------------------------------------
 
     /// Bytes the peer sent.
-    pub fn on_bytes(&mut self, data: &[u8]) {
+    pub(crate) fn on_bytes(&mut self, data: &[u8]) {
         self.input.extend_from_slice(data);
     }
 
     /// Where to read what the peer sends (read into its spare capacity, as `read_buf` does):
     /// the same as [`Connection::on_bytes`], without a copy.
-    pub fn read_buffer(&mut self) -> &mut BytesMut {
+    pub(crate) fn read_buffer(&mut self) -> &mut BytesMut {
         self.input.reserve(READ_CHUNK);
         &mut self.input
     }
 
     /// The peer closed its sending side (or reset the connection).
-    pub fn on_eof(&mut self) {
+    pub(crate) fn on_eof(&mut self) {
         if self.finished || self.eof {
             return;
         }
@@ -463,7 +468,7 @@ impl<A> Connection<A> {
     }
 
     /// The handler returned its answer.
-    pub fn on_handler_done(&mut self, answer: A) {
+    pub(crate) fn on_handler_done(&mut self, answer: A) {
         let Some(Work::Handling { in_place, .. }) = self.work else {
             return;
         };
@@ -482,14 +487,14 @@ impl<A> Connection<A> {
 
     /// The body chunk of [`Action::Body`] found no room: it waits, and nothing more is read,
     /// until [`Connection::on_body_room`].
-    pub fn on_body_full(&mut self, chunk: io::Result<Bytes>) {
+    pub(crate) fn on_body_full(&mut self, chunk: io::Result<Bytes>) {
         if let Some(Work::Handling { feed, .. }) = &mut self.work {
             *feed = Feed::Blocked(chunk);
         }
     }
 
     /// The handler made room in its body: the chunk that waited, to hand over now.
-    pub fn on_body_room(&mut self) -> Option<io::Result<Bytes>> {
+    pub(crate) fn on_body_room(&mut self) -> Option<io::Result<Bytes>> {
         let Some(Work::Handling { feed, .. }) = &mut self.work else {
             return None;
         };
@@ -508,14 +513,14 @@ impl<A> Connection<A> {
     }
 
     /// The handler dropped its body: what it did not read is dropped.
-    pub fn on_body_closed(&mut self) {
+    pub(crate) fn on_body_closed(&mut self) {
         if let Some(Work::Handling { feed, .. }) = &mut self.work {
             *feed = Feed::Closed;
         }
     }
 
     /// A record of the answer being streamed (complete STDOUT or STDERR records), to write.
-    pub fn on_stdout(&mut self, record: Bytes) {
+    pub(crate) fn on_stdout(&mut self, record: Bytes) {
         if matches!(self.work, Some(Work::Answering)) {
             self.out.push(record);
             self.out.mark_answer();
@@ -524,7 +529,7 @@ impl<A> Connection<A> {
 
     /// The streamed answer is all handed over ([`Connection::on_stdout`]); `app_status` is 0, or
     /// [`super::machine::APP_STATUS_FAILED`] if it was cut short. The end of the request follows.
-    pub fn on_writer_done(&mut self, now: Instant, app_status: u32) {
+    pub(crate) fn on_writer_done(&mut self, now: Instant, app_status: u32) {
         if matches!(self.work, Some(Work::Answering)) {
             self.work = None;
             self.machine.answered(app_status, &mut self.out.tail);
@@ -536,7 +541,7 @@ impl<A> Connection<A> {
     /// Frames the answer of [`Action::Answer`] in place: its line for the site's error log, if
     /// any (an FCGI_STDERR stream), the STDOUT records `render` appends (returning the
     /// END_REQUEST `appStatus`), and the end of the request, all written together.
-    pub fn answer_in_place(
+    pub(crate) fn answer_in_place(
         &mut self,
         now: Instant,
         diagnostic: Option<&str>,
@@ -560,7 +565,7 @@ impl<A> Connection<A> {
     }
 
     /// The socket accepted the first `n` bytes of the output.
-    pub fn on_written(&mut self, now: Instant, n: usize) {
+    pub(crate) fn on_written(&mut self, now: Instant, n: usize) {
         if n == 0 {
             return;
         }
@@ -569,7 +574,7 @@ impl<A> Connection<A> {
     }
 
     /// The server shuts down: an idle connection closes at once, a busy one after its request.
-    pub fn on_shutdown(&mut self) {
+    pub(crate) fn on_shutdown(&mut self) {
         self.shutdown = true;
     }
 
@@ -578,7 +583,7 @@ impl<A> Connection<A> {
     /// The next thing to do, `None` when the connection waits for an event (or is finished).
     /// Call it after every event until it says `None`; it decodes what was read, and ends the
     /// connection when a deadline has passed at `now`.
-    pub fn poll_action(&mut self, now: Instant) -> Option<Action<A>> {
+    pub(crate) fn poll_action(&mut self, now: Instant) -> Option<Action<A>> {
         if let Some(action) = self.next.take() {
             return Some(action);
         }
@@ -638,12 +643,12 @@ impl<A> Connection<A> {
     /// When the connection gives up if nothing happens: waiting for a request (first or next),
     /// receiving one too slowly, or writing to a peer that accepts nothing; none while the
     /// answer is produced.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.deadline().map(|(at, _)| at)
     }
 
     /// Whether to read from the peer now (into [`Connection::read_buffer`]).
-    pub fn wants_read(&self) -> bool {
+    pub(crate) fn wants_read(&self) -> bool {
         !self.finished
             && !self.eof
             && self.next.is_none()
@@ -656,12 +661,12 @@ impl<A> Connection<A> {
     }
 
     /// Whether to take the next record of the answer being streamed ([`Connection::on_stdout`]).
-    pub fn wants_stdout(&self) -> bool {
+    pub(crate) fn wants_stdout(&self) -> bool {
         !self.finished && matches!(self.work, Some(Work::Answering)) && self.out.is_empty()
     }
 
     /// A body chunk waits for room ([`Connection::on_body_room`]).
-    pub fn body_blocked(&self) -> bool {
+    pub(crate) fn body_blocked(&self) -> bool {
         matches!(
             self.work,
             Some(Work::Handling {
@@ -672,7 +677,7 @@ impl<A> Connection<A> {
     }
 
     /// Whether there are bytes to write ([`Connection::output`]).
-    pub fn has_output(&self) -> bool {
+    pub(crate) fn has_output(&self) -> bool {
         !self.out.is_empty()
     }
 
@@ -684,7 +689,7 @@ impl<A> Connection<A> {
 
     /// The bytes to write as slices for a vectored write, at most `dst.len()` of them; returns
     /// how many were filled.
-    pub fn output_slices<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+    pub(crate) fn output_slices<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
         self.out.slices(dst)
     }
 
@@ -864,7 +869,7 @@ impl<A> Connection<A> {
 
 /// Appends `line` (a line for the site's error log: mod_fcgid writes a request's FCGI_STDERR to
 /// the virtual host's ErrorLog, not to the server's) as a whole FCGI_STDERR stream.
-pub fn frame_stderr(id: u16, line: &str, out: &mut Vec<u8>) {
+pub(crate) fn frame_stderr(id: u16, line: &str, out: &mut Vec<u8>) {
     let line = format!("depot-fichiers : {line}\n");
     record::encode_stream(
         record::STDERR,

@@ -30,13 +30,15 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
+pub use super::connection::ConnError;
+pub use super::connection::Deadlines;
 use super::connection::{self, Action, Connection, frame_stderr};
-pub use super::connection::{ConnError, Deadlines};
 use super::machine::{BodyKind, Values, begin_stdout, seal_stdout};
 use super::record;
 use crate::http::{self, Body, Handler, Request, Response, write_response};
 
-pub use super::machine::{APP_STATUS_FAILED, MAX_PARAMS_LEN};
+pub(crate) use super::machine::APP_STATUS_FAILED;
+pub use super::machine::MAX_PARAMS_LEN;
 
 /// STDOUT records waiting between the response writer and the socket.
 const OUT_CHANNEL_DEPTH: usize = 2;
@@ -85,7 +87,7 @@ impl ConnConfig {
 }
 
 /// Errors meaning "the other side is gone": never worth a log line.
-pub fn is_peer_gone(e: &io::Error) -> bool {
+pub(crate) fn is_peer_gone(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::BrokenPipe
@@ -552,7 +554,7 @@ async fn shutdown_requested(rx: &mut Option<watch::Receiver<bool>>) {
 /// large answer, a full socket buffer, the next request of a kept connection) the connection
 /// goes on in the event loop from where this left off, with the same core: same records,
 /// deadlines and shutdown.
-pub async fn serve_unregistered(
+pub(crate) async fn serve_unregistered(
     stream: std::os::unix::net::UnixStream,
     handler: &Handler,
     config: &ConnConfig,
@@ -682,7 +684,7 @@ const FIRST_READ: usize = 16 * 1024;
 /// The buffers of [`serve_unregistered`], kept by its caller from one connection to the next
 /// (the request as first read, the core's input and output): no allocation of any per request.
 #[derive(Default)]
-pub struct KeptBuffers {
+pub(crate) struct KeptBuffers {
     received: Vec<u8>,
     core: connection::Buffers,
 }

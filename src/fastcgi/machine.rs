@@ -56,7 +56,7 @@ pub use crate::http::Role;
 /// Largest total size of a request's PARAMS stream; above it the request is refused.
 pub const MAX_PARAMS_LEN: usize = 1 << 20;
 /// `appStatus` of a request that did not complete normally (aborted, response cut short).
-pub const APP_STATUS_FAILED: u32 = 1;
+pub(crate) const APP_STATUS_FAILED: u32 = 1;
 
 /// Whether a started request has a body to stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,17 +181,17 @@ impl Machine {
     }
 
     /// Waiting for a request (nothing in progress).
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         matches!(self.state, State::Idle)
     }
 
     /// A request is being received (PARAMS or STDIN still to come).
-    pub fn is_receiving(&self) -> bool {
+    pub(crate) fn is_receiving(&self) -> bool {
         matches!(self.state, State::Params { .. } | State::Body { .. })
     }
 
     /// The body of the request in progress is being received.
-    pub fn in_body(&self) -> bool {
+    pub(crate) fn in_body(&self) -> bool {
         matches!(self.state, State::Body { .. })
     }
 
@@ -421,7 +421,7 @@ impl Machine {
     }
 
     /// Stops taking requests (the server shuts down): an idle connection closes now.
-    pub fn close_if_idle(&mut self) -> bool {
+    pub(crate) fn close_if_idle(&mut self) -> bool {
         if self.is_idle() {
             self.state = State::Closed;
         }

@@ -28,8 +28,8 @@ pub mod machine;
 pub mod record;
 mod server;
 
-pub use driver::{ConnConfig, ConnError, Deadlines, MAX_PARAMS_LEN, StdoutSink, serve_connection};
+pub use driver::Deadlines;
+pub use driver::{ConnConfig, ConnError, MAX_PARAMS_LEN, StdoutSink, serve_connection};
 pub use server::{
-    LISTEN_MAX_CONNS, ListenAddr, Listener, RunError, SHUTDOWN_GRACE, Startup, bind,
-    is_cgi_request, run, serve_listener,
+    LISTEN_MAX_CONNS, Listener, RunError, Startup, bind, is_cgi_request, run, serve_listener,
 };

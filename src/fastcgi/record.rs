@@ -60,9 +60,9 @@ pub const UNKNOWN_ROLE: u8 = 3;
 /// Variable names of `FCGI_GET_VALUES`.
 pub const MAX_CONNS: &str = "FCGI_MAX_CONNS";
 /// Name of the `FCGI_MAX_REQS` value.
-pub const MAX_REQS: &str = "FCGI_MAX_REQS";
+pub(crate) const MAX_REQS: &str = "FCGI_MAX_REQS";
 /// Name of the `FCGI_MPXS_CONNS` value.
-pub const MPXS_CONNS: &str = "FCGI_MPXS_CONNS";
+pub(crate) const MPXS_CONNS: &str = "FCGI_MPXS_CONNS";
 
 /// A decoded record header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub struct Header {
     /// Length of the content.
     pub content_length: u16,
     /// Length of the padding after the content.
-    pub padding_length: u8,
+    pub(crate) padding_length: u8,
 }
 
 impl Header {
@@ -175,7 +175,7 @@ pub fn parse_record(buf: &[u8]) -> Result<Option<(RecordRef<'_>, usize)>, Decode
 }
 
 /// Encodes a header.
-pub fn encode_header(
+pub(crate) fn encode_header(
     record_type: u8,
     request_id: u16,
     content_length: u16,
@@ -238,7 +238,7 @@ pub fn begin_request_body(role: u16, flags: u8) -> [u8; 8] {
 }
 
 /// Appends a complete `FCGI_END_REQUEST` record.
-pub fn encode_end_request(
+pub(crate) fn encode_end_request(
     request_id: u16,
     app_status: u32,
     protocol_status: u8,
@@ -264,7 +264,7 @@ pub fn parse_end_request(content: &[u8]) -> Result<(u32, u8), DecodeError> {
 }
 
 /// Appends a complete `FCGI_UNKNOWN_TYPE` record (always request id 0).
-pub fn encode_unknown_type(unknown: u8, out: &mut Vec<u8>) {
+pub(crate) fn encode_unknown_type(unknown: u8, out: &mut Vec<u8>) {
     encode_record(UNKNOWN_TYPE, 0, &[unknown, 0, 0, 0, 0, 0, 0, 0], out);
 }
 
@@ -281,7 +281,7 @@ fn parse_length(buf: &[u8], pos: &mut usize) -> Result<u64, DecodeError> {
 }
 
 /// A name and its value, borrowed from the decoded buffer.
-pub type NameValue<'a> = (&'a [u8], &'a [u8]);
+pub(crate) type NameValue<'a> = (&'a [u8], &'a [u8]);
 
 /// The parameters of a PARAMS stream (each name and value at most `max_len` bytes), kept in
 /// `raw` itself: [`Params`] only records where each name and value lies.

@@ -18,7 +18,7 @@ use super::driver::{self as conn, ConnConfig, ConnError, Deadlines, serve_connec
 use crate::http::Handler;
 
 /// How long a request in flight may still run after SIGTERM.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// Connections served at once with `--listen` or on a socket inherited from anything but
 /// mod_fcgid (also the GET_VALUES answer): [`crate::http::MAX_CONNECTIONS`].
 pub const LISTEN_MAX_CONNS: u32 = crate::http::MAX_CONNECTIONS;

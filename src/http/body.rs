@@ -18,7 +18,7 @@ pub struct Body {
 }
 
 /// How many body chunks may wait between the transport and the handler.
-pub const BODY_CHANNEL_DEPTH: usize = 4;
+pub(crate) const BODY_CHANNEL_DEPTH: usize = 4;
 
 impl Body {
     /// A body fed by the returned sender; dropping the sender ends the body.

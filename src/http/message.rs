@@ -69,7 +69,7 @@ impl Request {
     /// header as the shipped Apache configuration copies it into
     /// `DEPOT_FICHIERS_TAILLE_ANNONCEE` (`SetEnvIf Content-Length`). A client cannot set that
     /// variable (its headers arrive as `HTTP_*`), and nothing is ever read on its word.
-    pub fn announced_length(&self) -> Option<u64> {
+    pub(crate) fn announced_length(&self) -> Option<u64> {
         let parse = |name: &str| self.params.get(name)?.trim().parse::<u64>().ok();
         match (parse("CONTENT_LENGTH"), parse(ANNOUNCED_LENGTH)) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -94,7 +94,7 @@ pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>
 
 /// The variable the shipped Apache configuration sets to the request's `Content-Length` (see
 /// [`Request::announced_length`]).
-pub const ANNOUNCED_LENGTH: &str = "DEPOT_FICHIERS_TAILLE_ANNONCEE";
+pub(crate) const ANNOUNCED_LENGTH: &str = "DEPOT_FICHIERS_TAILLE_ANNONCEE";
 
 /// What a handler does around the end of a file body's transfer.
 pub trait Delivery {
@@ -177,7 +177,7 @@ impl Response {
     }
 
     /// Sets the line for the site's error log ([`Response::diagnostic`]).
-    pub fn with_diagnostic(mut self, line: impl Into<String>) -> Self {
+    pub(crate) fn with_diagnostic(mut self, line: impl Into<String>) -> Self {
         self.diagnostic = Some(line.into());
         self
     }
@@ -204,13 +204,13 @@ impl Response {
     }
 
     /// Sets a body produced while it is written.
-    pub fn with_chunks(mut self, chunks: Box<dyn Chunks>) -> Self {
+    pub(crate) fn with_chunks(mut self, chunks: Box<dyn Chunks>) -> Self {
         self.body = ResponseBody::Chunks(chunks);
         self
     }
 
     /// Drops the body but keeps its `Content-Length` (the answer to a HEAD).
-    pub fn head_only(mut self) -> Self {
+    pub(crate) fn head_only(mut self) -> Self {
         if let Some(len) = self.body.content_length() {
             self.headers
                 .push(("Content-Length", len.to_string().into()));
@@ -229,7 +229,7 @@ impl Response {
 }
 
 /// The reason phrase sent on the `Status:` line.
-pub fn reason_phrase(status: u16) -> &'static str {
+pub(crate) fn reason_phrase(status: u16) -> &'static str {
     match status {
         200 => "OK",
         201 => "Created",

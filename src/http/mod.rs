@@ -17,12 +17,11 @@ mod write;
 
 /// Requests a process serves at once, whatever the transport: the transport's bound on its
 /// connections, and what a handler sizes its descriptors by (`endpoints::mcp`).
-pub const MAX_CONNECTIONS: u32 = 256;
+pub(crate) const MAX_CONNECTIONS: u32 = 256;
 
-pub use body::{BODY_CHANNEL_DEPTH, Body};
-pub use message::{
-    ANNOUNCED_LENGTH, Chunks, Delivery, Handler, Request, Response, ResponseBody, Role,
-    reason_phrase,
-};
+pub use body::Body;
+pub(crate) use message::Delivery;
+pub use message::{Chunks, Handler, Request, Response, ResponseBody, Role};
 pub use params::{Params, query_param};
-pub use write::{FILE_CHUNK, render_small, small_body_len, write_response};
+pub(crate) use write::small_body_len;
+pub use write::{render_small, write_response};

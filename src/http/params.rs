@@ -24,7 +24,7 @@ impl Params {
 
     /// Parameters kept in `data`, each entry being `(name start, name end = value start, value
     /// end)` in it (how the FastCGI decoder hands over a PARAMS stream without copying it).
-    pub fn from_spans(data: Vec<u8>, entries: Vec<(usize, usize, usize)>) -> Self {
+    pub(crate) fn from_spans(data: Vec<u8>, entries: Vec<(usize, usize, usize)>) -> Self {
         debug_assert!(
             entries
                 .iter()
@@ -58,7 +58,7 @@ impl Params {
     }
 
     /// The raw value.
-    pub fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+    pub(crate) fn get_bytes(&self, name: &str) -> Option<&[u8]> {
         self.find(|n| n == name.as_bytes())
     }
 

@@ -12,7 +12,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::message::{Delivery, Response, ResponseBody, reason_phrase};
 
 /// Size of the reads from a file being sent (one FastCGI record at most).
-pub const FILE_CHUNK: usize = 64 * 1024 - 8;
+pub(crate) const FILE_CHUNK: usize = 64 * 1024 - 8;
 
 /// Appends the `Status:` line, the headers, `Content-Length` when `len` is given, and the blank
 /// line.
@@ -43,7 +43,7 @@ fn write_head(resp: &Response, len: Option<u64>, out: &mut Vec<u8>) {
 
 /// The body length of a response that [`render_small`] can build in memory: `None` for a body
 /// produced while it is written, or one longer than `max`.
-pub fn small_body_len(resp: &Response, max: u64) -> Option<u64> {
+pub(crate) fn small_body_len(resp: &Response, max: u64) -> Option<u64> {
     if matches!(resp.body, ResponseBody::Chunks(_)) {
         return None;
     }

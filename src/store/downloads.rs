@@ -40,7 +40,7 @@ use crate::names::Name;
 pub(super) const TICKETS: &str = "telechargements";
 
 /// Tickets that exist as files at once: the most transfers of one file at once.
-pub const LIVE_TICKETS: u64 = 8;
+pub(crate) const LIVE_TICKETS: u64 = 8;
 
 /// The number of a ticket's name: canonical decimal, below the version's count.
 fn ticket_of(raw: &[u8], count: u64) -> Option<u64> {
@@ -62,7 +62,7 @@ pub struct Version {
     /// `depot_timestamp`.
     pub uploaded_at: i64,
     /// `depot_nanosecondes` (0 when the sidecar has none).
-    pub nanos: u32,
+    pub(crate) nanos: u32,
     /// The stored file's inode.
     pub inode: u64,
 }
@@ -102,7 +102,7 @@ impl Version {
 }
 
 /// What [`Store::take_download`] found.
-pub enum Take {
+pub(crate) enum Take {
     /// The file is not counted: serve it as any other.
     Uncounted,
     /// A ticket, held until it is spent or dropped.
@@ -116,7 +116,7 @@ pub enum Take {
 
 /// One download of a counted file, held (its ticket locked) for the length of a transfer.
 /// Dropped unspent, it serves again.
-pub struct Ticket {
+pub(crate) struct Ticket {
     folder: OwnedFd,
     /// Its number.
     k: u64,
@@ -129,7 +129,7 @@ pub struct Ticket {
 impl Ticket {
     /// Spends this download: the ticket becomes its successor (renamed, still locked), or, when
     /// it has none, is unlinked. Says whether it was the last one of its version.
-    pub fn spend(self) -> bool {
+    pub(crate) fn spend(self) -> bool {
         let name = self.k.to_string();
         let next = self.k + LIVE_TICKETS;
         if next < self.count {
@@ -282,7 +282,7 @@ impl Store {
 
     /// A download of the version `version` of the file `name` with `sidecar`: takes one of its
     /// tickets when it is counted. Never waits: a ticket held by another transfer is skipped.
-    pub fn take_download(
+    pub(crate) fn take_download(
         &self,
         name: &Name,
         sidecar: &Sidecar,
@@ -356,7 +356,7 @@ impl Store {
 
     /// The downloads left to a counted file (`None`: not counted), tickets held included; all
     /// of them while it was never downloaded.
-    pub fn downloads_left(&self, sidecar: &Sidecar, version: Version) -> Option<u64> {
+    pub(crate) fn downloads_left(&self, sidecar: &Sidecar, version: Version) -> Option<u64> {
         let count = sidecar.max_downloads?;
         let names = match self.version_folder(version) {
             Ok(Some(folder)) => entries(&folder).unwrap_or_default(),
@@ -383,7 +383,7 @@ impl Store {
     /// `version` when given (a deletion link, the last download). Says whether something was
     /// removed. The file and its sidecar are gone from disk on return (a transfer that opened
     /// the file goes on to its end); so are the version's tickets.
-    pub fn remove_version(
+    pub(crate) fn remove_version(
         &self,
         name: &Name,
         version: Option<Version>,

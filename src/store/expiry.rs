@@ -40,7 +40,7 @@ pub(super) struct FileFacts {
 
 impl FileFacts {
     /// What a `stat` of the file says.
-    pub fn of(st: &rustix::fs::Stat) -> Self {
+    pub(super) fn of(st: &rustix::fs::Stat) -> Self {
         FileFacts {
             size: u64::try_from(st.st_size).unwrap_or(0),
             ino: st.st_ino,
@@ -57,19 +57,19 @@ pub(super) struct Lifetimes {
     /// `duree_max_depot_secondes`: from the upload, whatever happens.
     pub max_age: i64,
     /// `duree_inactivite_secondes`: from the last download (the file's mtime).
-    pub max_idle: i64,
+    pub(crate) max_idle: i64,
 }
 
 impl Lifetimes {
     /// The last second at which a file deposited at `depot` and last downloaded at `mtime` is
     /// still alive: it expires when `now` passes it.
-    pub fn deadline(&self, uploaded_at: i64, mtime: i64) -> i64 {
+    pub(super) fn deadline(&self, uploaded_at: i64, mtime: i64) -> i64 {
         (uploaded_at + self.max_age).min(mtime + self.max_idle)
     }
 
     /// The lifetimes of one file: its sender may have asked for a shorter maximum age
     /// (specification §2.6), never a longer one.
-    pub fn of(&self, sidecar: &Sidecar) -> Lifetimes {
+    pub(super) fn of(&self, sidecar: &Sidecar) -> Lifetimes {
         let asked = sidecar
             .max_age_secs
             .map(|s| i64::try_from(s).unwrap_or(i64::MAX));
@@ -80,23 +80,23 @@ impl Lifetimes {
     }
 
     /// Specification §4: expired by age or by inactivity.
-    pub fn expired(&self, uploaded_at: i64, mtime: i64, now: i64) -> bool {
+    pub(super) fn expired(&self, uploaded_at: i64, mtime: i64, now: i64) -> bool {
         now - uploaded_at > self.max_age || now - mtime > self.max_idle
     }
 
     /// The earliest second at which a file published at `now` can expire.
-    pub fn shortest_from(&self, now: i64) -> i64 {
+    pub(crate) fn shortest_from(&self, now: i64) -> i64 {
         now + self.max_age.min(self.max_idle)
     }
 
     /// The last second of an orphan (half a pair) whose mtime is `mtime`.
-    pub fn orphan_deadline(&self, mtime: i64) -> i64 {
+    pub(crate) fn orphan_deadline(&self, mtime: i64) -> i64 {
         mtime + self.max_age
     }
 
     /// Orphans go once their mtime is older than `duree_max_depot_secondes` (specification §4). An
     /// mtime in the future (written by a node whose clock is ahead) is a negative age: young.
-    pub fn orphan(&self, mtime: i64, now: i64) -> Verdict {
+    pub(super) fn orphan(&self, mtime: i64, now: i64) -> Verdict {
         if now - mtime > self.max_age {
             Verdict::Remove
         } else {
@@ -106,7 +106,7 @@ impl Lifetimes {
 
     /// The deadline of a whole, live pair: `Some` only when the sidecar belongs to the file and
     /// neither clock has run out (what a download may serve).
-    pub fn live(&self, sidecar: &Sidecar, file: FileFacts, now: i64) -> Option<i64> {
+    pub(super) fn live(&self, sidecar: &Sidecar, file: FileFacts, now: i64) -> Option<i64> {
         let uploaded_at = sidecar.uploaded_at;
         let own = self.of(sidecar);
         (belongs(sidecar, file) && !own.expired(uploaded_at, file.mtime, now))
@@ -115,7 +115,7 @@ impl Lifetimes {
 
     /// The verdict on a whole pair: the file, what its sidecar holds (`None`: unreadable) and
     /// the sidecar's own mtime.
-    pub fn pair(
+    pub(super) fn pair(
         &self,
         sidecar: Option<&Sidecar>,
         file: FileFacts,

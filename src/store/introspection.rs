@@ -47,7 +47,7 @@ const FOLDER: &str = "introspection";
 
 /// How long a verdict counts: a bearer that becomes valid at the authorization server is
 /// accepted at most this long after it was last refused.
-pub const REFUSAL_MEMORY: Duration = Duration::from_secs(5);
+pub(crate) const REFUSAL_MEMORY: Duration = Duration::from_secs(5);
 
 /// Calls to the authorization server in flight at once, all processes of the store together,
 /// for any bearer (the common places).
@@ -59,13 +59,13 @@ pub const KNOWN_CALLS_IN_FLIGHT: usize = 4;
 
 /// How long a bearer found active counts as known (may take a reserved place) after its last
 /// active verdict: at least this, at most twice this (the verdicts are kept by hour).
-pub const ACTIVE_MEMORY: Duration = Duration::from_secs(3600);
+pub(crate) const ACTIVE_MEMORY: Duration = Duration::from_secs(3600);
 
 /// The folder of the bearers found active, in the introspection folder.
 const ACTIVE: &str = "actifs";
 
 /// How long a request waits for one of the [`CALLS_IN_FLIGHT`] places before it gives up (503).
-pub const PLACE_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const PLACE_WAIT: Duration = Duration::from_secs(2);
 
 /// Entries of expired windows removed by one admission, at most.
 const REMOVALS_PER_ADMISSION: usize = 256;
@@ -74,7 +74,7 @@ const REMOVALS_PER_ADMISSION: usize = 256;
 const MAX_REASON: usize = 300;
 
 /// What the store says about asking the authorization server about a bearer.
-pub enum Admission {
+pub(crate) enum Admission {
     /// The bearer was refused less than [`REFUSAL_MEMORY`] ago, for this reason.
     Refused(String),
     /// Ask: the bearer's turn (when it was needed and could be had) and a place are held until
@@ -216,7 +216,7 @@ impl Store {
     /// (waited for at most `turn_wait`, after which the caller asks anyway; let go at once when
     /// the call it waited for found the bearer valid or got no answer). Blocking: call it off
     /// the event loop.
-    pub fn admit_introspection(
+    pub(crate) fn admit_introspection(
         &self,
         key: &[u8; 32],
         turn_wait: Duration,

@@ -115,7 +115,7 @@ pub(super) struct Outage(AtomicBool);
 /// The store lock could not be taken within the deadline: carried inside an `io::Error` so that
 /// every `?` on the lock keeps working; see [`is_lock_busy`].
 #[derive(Debug)]
-pub struct LockBusy;
+pub(crate) struct LockBusy;
 
 impl std::fmt::Display for LockBusy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,13 +130,13 @@ impl std::fmt::Display for LockBusy {
 impl std::error::Error for LockBusy {}
 
 /// Is `e` the store lock's deadline passing?
-pub fn is_lock_busy(e: &io::Error) -> bool {
+pub(crate) fn is_lock_busy(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<LockBusy>())
 }
 
 /// [`LOCK_WAIT`], or, TEST ONLY (feature `fault-injection`), the `lock=MS` entry of the
 /// environment variable `DEPOT_FICHIERS_TEST_DELAYS`, so that the tests do not wait 2 s.
-pub fn lock_wait() -> Duration {
+pub(crate) fn lock_wait() -> Duration {
     #[cfg(feature = "fault-injection")]
     if let Ok(spec) = std::env::var("DEPOT_FICHIERS_TEST_DELAYS") {
         for (k, v) in spec.split(',').filter_map(|kv| kv.split_once('=')) {

@@ -34,7 +34,7 @@ impl Store {
     /// The file a request is about: `Ok(None)` when missing, without sidecar, mismatched, or
     /// expired; an expired file, or an orphan older than `duree_max_depot_secondes`, is deleted
     /// on the spot ([`Store::look`], then [`Store::remove_expired`]).
-    pub fn lookup(&self, name: &Name) -> Result<Option<Found>, StoreError> {
+    pub(crate) fn lookup(&self, name: &Name) -> Result<Option<Found>, StoreError> {
         match self.look(name)? {
             Looked::Found(found) => Ok(Some(found)),
             Looked::Missing => Ok(None),
@@ -80,7 +80,7 @@ impl Store {
 
     /// Removes the pair of `name` if it is due, judged again under the exclusive lock (a
     /// concurrent re-publication survives).
-    pub fn remove_expired(&self, name: &Name) -> Result<(), StoreError> {
+    pub(crate) fn remove_expired(&self, name: &Name) -> Result<(), StoreError> {
         self.remove_if_confirmed(name, now_secs(), &mut SweepReport::default())?;
         Ok(())
     }

@@ -69,22 +69,21 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::config::Config;
 use crate::folders;
 
-pub use downloads::{Take, Ticket, Version};
+pub use downloads::Version;
+pub(crate) use downloads::{Take, Ticket};
 pub use expiry::now_secs;
-pub use introspection::{
-    ACTIVE_MEMORY, Admission, CALLS_IN_FLIGHT, KNOWN_CALLS_IN_FLIGHT, PLACE_WAIT, REFUSAL_MEMORY,
-    Turn,
-};
-pub use lock::{LOCK_WAIT, is_lock_busy, lock_wait};
-pub use lookup::{Found, Looked};
+pub(crate) use introspection::{Admission, PLACE_WAIT, REFUSAL_MEMORY, Turn};
+pub use introspection::{CALLS_IN_FLIGHT, KNOWN_CALLS_IN_FLIGHT};
+pub use lock::LOCK_WAIT;
+pub(crate) use lock::{is_lock_busy, lock_wait};
+pub use lookup::Found;
+pub use lookup::Looked;
 pub use publish::{Published, Upload};
-pub use resumable::{
-    CHECKPOINT_BYTES, PublishedRecord, Resumable, ResumableError, ResumableId, ResumableState,
-    ResumableWriter,
-};
+pub use resumable::{CHECKPOINT_BYTES, Resumable};
+pub(crate) use resumable::{ResumableError, ResumableId, ResumableState, ResumableWriter};
 pub use sweep::SweepReport;
-pub use total::{Correction, Tally, Totals};
-pub use view::{Count, DueIndex, KeptTotals, StoreView, WalkState};
+pub(crate) use total::{Tally, Totals};
+pub(crate) use view::{Count, StoreView, WalkState};
 
 const META: &str = ".meta";
 const TMP: &str = ".tmp";
@@ -102,13 +101,13 @@ const ALIAS_LIFE_SECS: i64 = 60;
 pub struct Sidecar {
     /// The stored (sanitised) name.
     #[serde(rename = "nom_original")]
-    pub original_name: String,
+    pub(crate) original_name: String,
     /// Upload time, in seconds since the epoch (the age clock of specification §4).
     #[serde(rename = "depot_timestamp")]
     pub uploaded_at: i64,
     /// Size of the stored file in bytes.
     #[serde(rename = "taille_octets")]
-    pub size_bytes: u64,
+    pub(crate) size_bytes: u64,
     /// Inode number of the file this sidecar was written for (rename keeps it). It tells a
     /// mixed pair apart exactly, even when the old and new versions have the same size (a writer
     /// killed between its two renames leaves the new sidecar next to the old file). Absent from
@@ -131,7 +130,7 @@ pub struct Sidecar {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub max_age_secs: Option<u64>,
+    pub(crate) max_age_secs: Option<u64>,
     /// The sender's download count (`telechargements_max`, specification §2.6): the file is
     /// served that many times, then removed (`downloads.rs`).
     #[serde(
@@ -139,7 +138,7 @@ pub struct Sidecar {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub max_downloads: Option<u64>,
+    pub(crate) max_downloads: Option<u64>,
 }
 
 /// What a sender asked of its file's life (specification §2.6); the default asks nothing.
@@ -151,14 +150,14 @@ pub struct Life {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub max_age_secs: Option<u64>,
+    pub(crate) max_age_secs: Option<u64>,
     /// `telechargements_max`: how many downloads the file is served for.
     #[serde(
         rename = "telechargements_max",
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub max_downloads: Option<u64>,
+    pub(crate) max_downloads: Option<u64>,
 }
 
 impl Sidecar {
@@ -337,7 +336,7 @@ impl Store {
 
     /// This handle for the housekeeping thread (`housekeeping.rs`): its walk steps may run
     /// longer, since no request waits for them.
-    pub fn off_thread(self) -> Store {
+    pub(crate) fn off_thread(self) -> Store {
         Store {
             off_thread: true,
             ..self
@@ -357,7 +356,7 @@ impl Store {
     /// a file that lost its name meanwhile (replaced, removed) cannot be aliased: the caller
     /// sends it itself. Named `envoi-<seconds>.<nanoseconds>-<pid>-<n>`; the sweep removes
     /// aliases older than [`ALIAS_LIFE_SECS`] (`sweep.rs`), whoever made them.
-    pub fn sendfile_alias(&self, file: &File) -> io::Result<PathBuf> {
+    pub(crate) fn sendfile_alias(&self, file: &File) -> io::Result<PathBuf> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

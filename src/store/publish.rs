@@ -26,7 +26,7 @@ pub struct Published {
     /// The sidecar written for it.
     pub sidecar: Sidecar,
     /// SHA-256 of the stored bytes, in lower-case hexadecimal.
-    pub sha256_hex: String,
+    pub(crate) sha256_hex: String,
 }
 
 /// `taille_max_fichier_octets` (`max`) against a file of `length` bytes: the one check of the
@@ -119,7 +119,7 @@ impl Store {
     }
 
     /// `taille_max_fichier_octets` against a file of `length` bytes (`TooLarge` beyond it).
-    pub fn admit_length(&self, length: u64) -> Result<(), StoreError> {
+    pub(crate) fn admit_length(&self, length: u64) -> Result<(), StoreError> {
         within_size_limit(length, self.max_file)
     }
 
@@ -216,7 +216,7 @@ impl Upload {
     }
 
     /// What the sender asked of the file's life: written in its sidecar at publication.
-    pub fn set_life(&mut self, life: Life) {
+    pub(crate) fn set_life(&mut self, life: Life) {
         self.life = life;
     }
 
@@ -227,7 +227,7 @@ impl Upload {
 
     /// The SHA-256 the sender stated for the file: [`Upload::publish`] then publishes nothing
     /// unless the bytes received have it (`StoreError::DigestMismatch`).
-    pub fn expect_sha256(&mut self, digest: [u8; 32]) {
+    pub(crate) fn expect_sha256(&mut self, digest: [u8; 32]) {
         self.expected = Some(digest);
     }
 

@@ -186,13 +186,13 @@ pub struct ResumableState {
     pub name: String,
     /// The announced length, in bytes.
     #[serde(rename = "taille_octets")]
-    pub size_bytes: u64,
+    pub(crate) size_bytes: u64,
     /// The SHA-256 the sender stated, in lower-case hexadecimal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// The second it was created.
     #[serde(rename = "cree_a")]
-    pub created_at: i64,
+    pub(crate) created_at: i64,
     /// The durable offset: bytes received, synced, and recorded.
     #[serde(rename = "decalage")]
     pub offset: u64,
@@ -206,7 +206,7 @@ pub struct ResumableState {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub partial_sha256: Option<SavedSha256>,
+    pub(crate) partial_sha256: Option<SavedSha256>,
     /// Once published: what was published.
     #[serde(rename = "publie", default, skip_serializing_if = "Option::is_none")]
     pub published: Option<PublishedRecord>,
@@ -281,7 +281,7 @@ impl From<rustix::io::Errno> for ResumableError {
 }
 
 /// The one request writing to an upload: holds its data file's lock until dropped.
-pub struct ResumableWriter {
+pub(crate) struct ResumableWriter {
     id: ResumableId,
     /// The data file, opened and locked.
     file: File,
@@ -333,7 +333,7 @@ impl Store {
     /// the capacity, `TooManyResumables` beyond `nombre_max_reprises_en_cours`: nothing is
     /// created), files the upload's entry in the expiry index, creates the data file (as long as
     /// `length`, sparse) and the state.
-    pub fn create_resumable(
+    pub(crate) fn create_resumable(
         &self,
         name: &Name,
         length: u64,
@@ -398,7 +398,7 @@ impl Store {
     /// The upload `id` once no writer holds it (the offset query): `Busy` while one does, so
     /// that the offset answered is the one the next part is accepted at (the draft's rule: a
     /// writer records its offset before it lets go). Otherwise as [`Store::resumable`].
-    pub fn resumable_settled(&self, id: &ResumableId) -> Result<Resumable, ResumableError> {
+    pub(crate) fn resumable_settled(&self, id: &ResumableId) -> Result<Resumable, ResumableError> {
         self.resumable_seen(id, true)
     }
 
@@ -465,7 +465,10 @@ impl Store {
     /// request holds it), checked to be still `<id>.part` and as long as the upload announced.
     /// `Completed` once it was published; `Unknown` when it is not there, or its clocks ran out
     /// (it is then removed).
-    pub fn resumable_writer(&self, id: &ResumableId) -> Result<ResumableWriter, ResumableError> {
+    pub(crate) fn resumable_writer(
+        &self,
+        id: &ResumableId,
+    ) -> Result<ResumableWriter, ResumableError> {
         let dir = self
             .resumables_folder(false)?
             .ok_or(ResumableError::Unknown)?;
@@ -526,7 +529,10 @@ impl Store {
     /// Cancels the upload `id` (`DELETE`, or a creation whose first part failed): an unfinished
     /// one is removed and its reservation given back; a published one only forgets its state.
     /// Returns the state it had.
-    pub fn cancel_resumable(&self, id: &ResumableId) -> Result<ResumableState, ResumableError> {
+    pub(crate) fn cancel_resumable(
+        &self,
+        id: &ResumableId,
+    ) -> Result<ResumableState, ResumableError> {
         let dir = self
             .resumables_folder(false)?
             .ok_or(ResumableError::Unknown)?;
@@ -752,25 +758,20 @@ impl Store {
 }
 
 impl ResumableWriter {
-    /// The upload's id.
-    pub fn id(&self) -> &ResumableId {
-        &self.id
-    }
-
     /// The upload's state (its durable offset as of the last checkpoint).
-    pub fn state(&self) -> &ResumableState {
+    pub(crate) fn state(&self) -> &ResumableState {
         &self.state
     }
 
     /// Where the next byte goes.
-    pub fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.offset
     }
 
     /// Writes `data` at the current offset (gathered in a buffer first, written by
     /// [`WRITE_BUFFER_BYTES`] and at each checkpoint). Bytes beyond the announced length are not
     /// written: those that fit are, then `Length`.
-    pub fn write(&mut self, data: &[u8]) -> Result<(), ResumableError> {
+    pub(crate) fn write(&mut self, data: &[u8]) -> Result<(), ResumableError> {
         let room = self.state.size_bytes - self.offset;
         let fits = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
         if fits > 0 {
@@ -817,12 +818,12 @@ impl ResumableWriter {
     }
 
     /// Whether what was written since the last checkpoint is [`CHECKPOINT_BYTES`] or more.
-    pub fn checkpoint_due(&self) -> bool {
+    pub(crate) fn checkpoint_due(&self) -> bool {
         self.unsynced >= CHECKPOINT_BYTES
     }
 
     /// Makes what was written durable: the data synced, then the new offset recorded.
-    pub fn checkpoint(&mut self) -> Result<(), StoreError> {
+    pub(crate) fn checkpoint(&mut self) -> Result<(), StoreError> {
         self.write_buffer()?;
         if self.offset == self.state.offset {
             return Ok(());
@@ -842,7 +843,7 @@ impl ResumableWriter {
     /// The SHA-256 the sender states for the whole file on a later request than the creation
     /// (`Repr-Digest` on a part): recorded in the state when none was stated yet, so that the
     /// publication checks it; `Err` with the digest already stated when it says otherwise.
-    pub fn state_sha256(&mut self, digest: [u8; 32]) -> Result<(), ResumableError> {
+    pub(crate) fn state_sha256(&mut self, digest: [u8; 32]) -> Result<(), ResumableError> {
         let stated = hex(&digest);
         match &self.state.sha256 {
             Some(already) if *already == stated => Ok(()),
@@ -860,7 +861,7 @@ impl ResumableWriter {
     }
 
     /// Removes the upload this writer holds (a cancellation): data file, reservation, state.
-    pub fn cancel(&self, store: &Store) -> Result<(), StoreError> {
+    pub(crate) fn cancel(&self, store: &Store) -> Result<(), StoreError> {
         store.remove_locked(&self.dir, &self.id, &self.state)
     }
 
@@ -870,7 +871,7 @@ impl ResumableWriter {
     /// compared, sidecar, index entry, the reservation turned into the file, the two renames) —
     /// a mismatch removes the upload: nothing published, nothing left, `DigestMismatch`; then
     /// the state records what was published. The data file's lock is held throughout.
-    pub fn complete(mut self, store: &Store) -> Result<Published, ResumableError> {
+    pub(crate) fn complete(mut self, store: &Store) -> Result<Published, ResumableError> {
         self.checkpoint()?;
         let length = self.state.size_bytes;
         if self.offset != length {

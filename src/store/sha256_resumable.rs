@@ -20,7 +20,7 @@ const BLOCK: usize = 64;
 
 /// What is kept between requests: the state after `octets` bytes (a multiple of 64).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SavedSha256 {
+pub(crate) struct SavedSha256 {
     /// The eight state words, big-endian, in lower-case hexadecimal (64 digits).
     #[serde(rename = "etat")]
     pub state: String,
@@ -31,7 +31,7 @@ pub struct SavedSha256 {
 
 /// A SHA-256 being computed.
 #[derive(Clone)]
-pub struct ResumableSha256 {
+pub(crate) struct ResumableSha256 {
     state: [u32; 8],
     /// Bytes compressed into `state` (a multiple of 64).
     compressed: u64,
@@ -54,7 +54,7 @@ impl Default for ResumableSha256 {
 impl ResumableSha256 {
     /// The hash as `saved` left it; the bytes after `saved.bytes` must be given again with
     /// [`ResumableSha256::update`]. `None` for anything that is not such a state.
-    pub fn resume(saved: &SavedSha256) -> Option<ResumableSha256> {
+    pub(super) fn resume(saved: &SavedSha256) -> Option<ResumableSha256> {
         if !saved.bytes.is_multiple_of(BLOCK as u64) || saved.state.len() != 64 {
             return None;
         }
@@ -70,7 +70,7 @@ impl ResumableSha256 {
     }
 
     /// Hashes `data`.
-    pub fn update(&mut self, mut data: &[u8]) {
+    pub(super) fn update(&mut self, mut data: &[u8]) {
         if self.pending_len > 0 {
             let take = (BLOCK - self.pending_len).min(data.len());
             self.pending[self.pending_len..self.pending_len + take].copy_from_slice(&data[..take]);
@@ -102,7 +102,7 @@ impl ResumableSha256 {
 
     /// What to keep: the state after the whole blocks hashed so far (the bytes after them are
     /// the caller's to give again).
-    pub fn saved(&self) -> SavedSha256 {
+    pub(super) fn saved(&self) -> SavedSha256 {
         SavedSha256 {
             state: self.state.iter().map(|w| format!("{w:08x}")).collect(),
             bytes: self.compressed,
@@ -110,7 +110,7 @@ impl ResumableSha256 {
     }
 
     /// The digest of everything hashed (FIPS 180-4 §5.1.1: a 1 bit, zeros, the length in bits).
-    pub fn finalize(mut self) -> [u8; 32] {
+    pub(super) fn finalize(mut self) -> [u8; 32] {
         let bits = (self.compressed + self.pending_len as u64).wrapping_mul(8);
         let mut tail = [0u8; 2 * BLOCK];
         tail[..self.pending_len].copy_from_slice(&self.pending[..self.pending_len]);

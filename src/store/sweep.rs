@@ -36,9 +36,9 @@ pub struct SweepReport {
     pub removed_temporaries: Vec<String>,
     /// Unfinished resumable uploads removed (their names): nothing written to them for
     /// `duree_inactivite_secondes`, or created `duree_max_depot_secondes` ago.
-    pub removed_resumables: Vec<String>,
+    pub(crate) removed_resumables: Vec<String>,
     /// A check of the kept totals ended in this sweep (`total.rs`): the bytes before and after.
-    pub total_checked: Option<super::total::Correction>,
+    pub(crate) total_checked: Option<super::total::Correction>,
 }
 
 impl SweepReport {
@@ -96,14 +96,14 @@ impl Store {
 
     /// Whether this store reads itself in full at every request (`balayage_intervalle_min_ms =
     /// 0`): that sweep stays in the request.
-    pub fn sweeps_in_full(&self) -> bool {
+    pub(crate) fn sweeps_in_full(&self) -> bool {
         self.sweep_interval.is_zero()
     }
 
     /// Whether a sweep is due: no other finished less than `balayage_intervalle_min_ms` ago, as
     /// far as this process knows (the sweep itself checks again; with an interval of 0 nothing
     /// is ever recent).
-    pub fn sweep_due(&self) -> bool {
+    pub(crate) fn sweep_due(&self) -> bool {
         !self.swept_recently_kept_open()
     }
 

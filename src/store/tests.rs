@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use sha2::Digest;
 
+use super::total::Correction;
 use super::*;
 use crate::config;
 use crate::names::Name;

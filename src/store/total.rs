@@ -80,7 +80,7 @@ const CHECK_TIME_OFF_THREAD: Duration = Duration::from_millis(200);
 
 /// One quantity (bytes, or files) and the changes the program made to it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// The kept value; `None` until a check has counted it.
     pub now: Option<u64>,
     /// Everything ever added (wrapping): a publication's growth.
@@ -113,15 +113,15 @@ impl Tally {
 
 /// The content of the totals' file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Totals {
+pub(crate) struct Totals {
     /// Bytes of the stored files.
     pub bytes: Tally,
     /// Stored files.
     pub files: Tally,
     /// The second the last check ended (0: never).
-    pub checked_at: i64,
+    pub(crate) checked_at: i64,
     /// Unfinished resumable uploads (their data files in `.tmp/reprises`).
-    pub resumables: Tally,
+    pub(crate) resumables: Tally,
 }
 
 impl Totals {
@@ -279,7 +279,7 @@ impl Check {
 
 /// What a check changed, for the log: the kept bytes before and after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Correction {
+pub(crate) struct Correction {
     /// The kept bytes before the check (`None`: not known).
     pub from: Option<u64>,
     /// The kept bytes after it.
@@ -288,7 +288,7 @@ pub struct Correction {
 
 impl Store {
     /// What the totals' file says (anything unreadable is "not known").
-    pub fn totals_unlocked(&self) -> Totals {
+    pub(crate) fn totals_unlocked(&self) -> Totals {
         read_totals(&self.index_fd)
     }
 

@@ -23,7 +23,7 @@ use super::{LOCK_FILE, SWEEP_MARKER, TMP, list_names, open_at};
 use crate::folders::open_existing as open_dir;
 
 /// Read-only descriptors of a store's folders, each `None` when it does not exist.
-pub struct StoreView {
+pub(crate) struct StoreView {
     root: Option<OwnedFd>,
     tmp: Option<OwnedFd>,
     index: Option<OwnedFd>,
@@ -31,23 +31,23 @@ pub struct StoreView {
 
 /// The kept totals, as [`StoreView::totals`] read them.
 #[derive(Debug, Clone)]
-pub struct KeptTotals {
+pub(crate) struct KeptTotals {
     /// What `.tmp/index/total` says (all unknown when it is not there, or unreadable).
     pub totals: Totals,
     /// The store lock stayed held longer than [`super::lock_wait`]: the totals were read
     /// without it (the requests that need it meanwhile answer 503).
-    pub lock_busy: bool,
+    pub(crate) lock_busy: bool,
     /// `.tmp/verrou` is there but cannot be opened (a named pipe, a symbolic link…): why. The
     /// requests that need the lock fail (500) until it is replaced.
-    pub lock_unreadable: Option<String>,
+    pub(crate) lock_unreadable: Option<String>,
     /// `.tmp/index/total` is there but cannot be opened: why. Uploads fail (500) until it is
     /// replaced.
-    pub totals_unreadable: Option<String>,
+    pub(crate) totals_unreadable: Option<String>,
 }
 
 /// Files and bytes at the root of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Count {
+pub(crate) struct Count {
     /// Names at the root, `.meta` and `.tmp` aside.
     pub files: u64,
     /// Their sizes added up.
@@ -56,21 +56,21 @@ pub struct Count {
 
 /// What is due in the expiry index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DueIndex {
+pub(crate) struct DueIndex {
     /// Buckets in the index (one per deadline second, due or not).
     pub buckets: usize,
     /// The second of the oldest bucket whose second has passed and that still holds an entry:
     /// the sweep has not consumed it yet.
-    pub oldest_due: Option<i64>,
+    pub(crate) oldest_due: Option<i64>,
     /// Entries of the due buckets, counted up to the bound given.
-    pub due_entries: usize,
+    pub(crate) due_entries: usize,
     /// The count stopped at the bound: there are at least that many.
     pub capped: bool,
 }
 
 /// Where the walk of the index stands (`curseur`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WalkState {
+pub(crate) enum WalkState {
     /// The store was never walked: the next sweep starts adopting it.
     Never,
     /// A pass under way: the adoption of a store (every request goes on with it) or the hourly
@@ -91,7 +91,7 @@ pub enum WalkState {
 impl StoreView {
     /// Opens what exists of the store `root`, read-only. A folder that cannot be opened for
     /// another reason than its absence (permissions, a symbolic link) is an error.
-    pub fn open(root: &Path) -> io::Result<StoreView> {
+    pub(crate) fn open(root: &Path) -> io::Result<StoreView> {
         let root = open_dir(rustix::fs::CWD, root)?;
         let tmp = match &root {
             Some(r) => open_dir(r, TMP)?,
@@ -104,15 +104,10 @@ impl StoreView {
         Ok(StoreView { root, tmp, index })
     }
 
-    /// Whether the store's folder exists.
-    pub fn exists(&self) -> bool {
-        self.root.is_some()
-    }
-
     /// The kept totals, read under the store lock held shared when its file exists (waited for
     /// as a request waits), without it otherwise. Neither file is waited for if it is not a
     /// regular file (see `open_at`): it is said to be unreadable.
-    pub fn totals(&self) -> KeptTotals {
+    pub(crate) fn totals(&self) -> KeptTotals {
         let (lock_file, lock_unreadable) = match self
             .tmp
             .as_ref()
@@ -153,19 +148,19 @@ impl StoreView {
     }
 
     /// The kept totals, read without the lock.
-    pub fn totals_unlocked(&self) -> Totals {
+    pub(crate) fn totals_unlocked(&self) -> Totals {
         self.index.as_ref().map(read_totals).unwrap_or_default()
     }
 
     /// How far the check of the totals under way has got (`None`: none under way).
-    pub fn check_progress(&self) -> Option<Count> {
+    pub(crate) fn check_progress(&self) -> Option<Count> {
         let (files, bytes) = check_progress(self.index.as_ref()?)?;
         Some(Count { files, bytes })
     }
 
     /// The due part of the index at `now`: buckets whose second has passed, oldest first,
     /// their entries counted up to `bound`.
-    pub fn due_index(&self, now: i64, bound: usize) -> io::Result<DueIndex> {
+    pub(crate) fn due_index(&self, now: i64, bound: usize) -> io::Result<DueIndex> {
         let mut due = DueIndex {
             buckets: 0,
             oldest_due: None,
@@ -207,7 +202,7 @@ impl StoreView {
     }
 
     /// Where the walk stands.
-    pub fn walk(&self) -> WalkState {
+    pub(crate) fn walk(&self) -> WalkState {
         match self.index.as_ref().and_then(read_walk) {
             None => WalkState::Never,
             Some(Walk::Done(t)) => WalkState::Done(t),
@@ -226,7 +221,7 @@ impl StoreView {
 
     /// The second the last sweep that left nothing to do ended (the cadence marker's mtime;
     /// `None` when no sweep has stamped it yet).
-    pub fn last_sweep(&self) -> Option<i64> {
+    pub(crate) fn last_sweep(&self) -> Option<i64> {
         let tmp = self.tmp.as_ref()?;
         let st = rustix::fs::statat(tmp, SWEEP_MARKER, AtFlags::SYMLINK_NOFOLLOW).ok()?;
         (st.st_size > 0).then_some(st.st_mtime)
@@ -234,7 +229,7 @@ impl StoreView {
 
     /// Counts the root without the lock, as a check of the totals does (`None`: no store).
     /// Lists the whole root: its cost grows with the files stored.
-    pub fn count(&self) -> io::Result<Option<Count>> {
+    pub(crate) fn count(&self) -> io::Result<Option<Count>> {
         let Some(root) = &self.root else {
             return Ok(None);
         };

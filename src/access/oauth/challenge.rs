@@ -10,7 +10,7 @@ use crate::http::Response;
 use crate::log::redact;
 
 /// `Retry-After` sent with a 503 when the authorization server cannot answer.
-pub const RETRY_AFTER_SECONDS: u32 = 5;
+pub(crate) const RETRY_AFTER_SECONDS: u32 = 5;
 
 /// Why a request to `/mcp.php` is not authorized. The `String`s are French explanations for the
 /// log; they never hold the token.
@@ -143,7 +143,7 @@ impl From<BearerError> for AuthError {
 /// The bearer token of an `Authorization` header value ([`bearer::parse`]), its faults as
 /// refusals: none (or empty) is [`AuthError::Missing`], anything else but one token after
 /// `Bearer` is [`AuthError::InvalidRequest`].
-pub fn extract_bearer(header: Option<&str>) -> Result<&str, AuthError> {
+pub(crate) fn extract_bearer(header: Option<&str>) -> Result<&str, AuthError> {
     Ok(bearer::parse(header)?)
 }
 

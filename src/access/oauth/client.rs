@@ -31,7 +31,7 @@ fn form_urlencode(s: &str) -> String {
 }
 
 /// The `Authorization: Basic …` value of this server's own confidential client.
-pub fn client_basic_auth(cfg: &Config) -> String {
+pub(crate) fn client_basic_auth(cfg: &Config) -> String {
     let raw = format!(
         "{}:{}",
         form_urlencode(&cfg.oauth.client_id),
@@ -128,7 +128,7 @@ impl ureq::unversioned::resolver::Resolver for Resolver {
 
 /// The raw answer for the debug log: token-looking fields redacted, the presented token masked
 /// wherever it appears, truncated.
-pub fn debug_dump(raw: &str, token: &str) -> String {
+pub(crate) fn debug_dump(raw: &str, token: &str) -> String {
     const SECRET_KEYS: &[&str] = &[
         "token",
         "access_token",

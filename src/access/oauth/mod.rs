@@ -20,9 +20,10 @@ mod challenge;
 mod client;
 mod verdict;
 
-pub use challenge::{AuthError, RETRY_AFTER_SECONDS, extract_bearer};
-pub use client::{client_basic_auth, debug_dump, introspect};
-pub use verdict::{TokenInfo, audience_matches, check_introspection};
+pub use challenge::AuthError;
+pub(crate) use challenge::extract_bearer;
+pub use client::introspect;
+pub(crate) use verdict::{TokenInfo, check_introspection};
 
 use crate::config::Config;
 use crate::log::Log;
@@ -85,7 +86,7 @@ pub(crate) mod tests {
     use crate::config::Config;
 
     /// A configuration from a literal TOML text (nothing is read or written).
-    pub fn config() -> Config {
+    pub(crate) fn config() -> Config {
         crate::config::parse(
             r#"
 token_acces = "0123456789abcdef0123456789abcdef"

@@ -38,7 +38,7 @@ fn split_url(u: &str) -> Option<(String, String, &str)> {
 
 /// Does an audience value name this resource? Scheme and host compare case-insensitively
 /// (checklist E.11), the path exactly.
-pub fn audience_matches(aud: &str, resource: &str) -> bool {
+pub(crate) fn audience_matches(aud: &str, resource: &str) -> bool {
     if aud == resource {
         return true;
     }
@@ -50,7 +50,7 @@ pub fn audience_matches(aud: &str, resource: &str) -> bool {
 
 /// Checks an RFC 7662 answer (already known to be a JSON object) against specification §7.3–4.
 /// `now` is the current Unix time in seconds.
-pub fn check_introspection(
+pub(crate) fn check_introspection(
     cfg: &Config,
     answer: &Map<String, Value>,
     now: i64,

@@ -216,7 +216,11 @@ pub(super) fn read_store(
 
 /// The count against the kept totals read `before` and `after` it: exact when the program
 /// published or removed nothing meanwhile (the counters of `store/total.rs` did not move).
-pub(super) fn compare(counted: Count, before: &crate::store::Totals, after: &crate::store::Totals) -> Counted {
+pub(super) fn compare(
+    counted: Count,
+    before: &crate::store::Totals,
+    after: &crate::store::Totals,
+) -> Counted {
     let moved = |b: &crate::store::Tally, a: &crate::store::Tally| {
         b.added != a.added || b.removed != a.removed
     };

@@ -74,7 +74,11 @@ pub(super) fn judge(report: &Report, sweep_interval: i64) -> Vec<Alert> {
 /// [`INDEX_LATE_SECS`] plus the sweep interval late when the last request was logged. Expiry
 /// runs at the start of requests (specification §4): on a site without requests the index
 /// waits, and that is no fault.
-pub(super) fn index_behind(index: &IndexState, last_request: Option<i64>, sweep_interval: i64) -> bool {
+pub(super) fn index_behind(
+    index: &IndexState,
+    last_request: Option<i64>,
+    sweep_interval: i64,
+) -> bool {
     let allowed = INDEX_LATE_SECS + sweep_interval;
     match (index.oldest_due, last_request) {
         (Some(due), Some(request)) => request - due > allowed,

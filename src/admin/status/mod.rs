@@ -26,13 +26,12 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::outln;
 
-
 /// Due entries of the index counted at most.
-pub const DUE_BOUND: usize = 10_000;
+pub(crate) const DUE_BOUND: usize = 10_000;
 
 /// The overall verdict and its exit code, as a Nagios plugin gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Code 0.
     #[serde(rename = "ok")]
     Ok,
@@ -46,7 +45,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// The exit code.
-    pub fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         self as u8
     }
 }
@@ -57,7 +56,7 @@ pub const UNKNOWN: u8 = 3;
 
 /// How serious one finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Level {
+pub(crate) enum Level {
     /// Said, without changing the verdict.
     #[serde(rename = "note")]
     Note,
@@ -71,7 +70,7 @@ pub enum Level {
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Alert {
+pub(crate) struct Alert {
     /// How serious.
     #[serde(rename = "niveau")]
     pub level: Level,
@@ -87,7 +86,7 @@ impl Alert {
 
 /// The last check of the kept totals against the store.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct TotalsCheck {
+pub(crate) struct TotalsCheck {
     /// The second it ended.
     #[serde(rename = "dernier")]
     pub last: Option<i64>,
@@ -99,7 +98,7 @@ pub struct TotalsCheck {
     pub running: bool,
     /// Files it has added up so far.
     #[serde(rename = "en_cours_fichiers")]
-    pub running_files: Option<u64>,
+    pub(crate) running_files: Option<u64>,
 }
 
 /// `--compter`: the root counted, against the kept totals.
@@ -113,23 +112,23 @@ pub struct Counted {
     pub bytes: u64,
     /// Kept files minus files counted (`None`: no kept total).
     #[serde(rename = "ecart_fichiers")]
-    pub files_gap: Option<i64>,
+    pub(crate) files_gap: Option<i64>,
     /// Kept bytes minus bytes counted.
     #[serde(rename = "ecart_octets")]
-    pub bytes_gap: Option<i64>,
+    pub(crate) bytes_gap: Option<i64>,
     /// Nothing was published or removed during the count: the gap is exact.
     pub exact: bool,
 }
 
 /// The expiry index.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct IndexState {
+pub(crate) struct IndexState {
     /// Buckets (deadline seconds) in the index.
     #[serde(rename = "seaux")]
     pub buckets: usize,
     /// The oldest deadline passed whose entries wait for a sweep.
     #[serde(rename = "plus_ancienne_echeance")]
-    pub oldest_due: Option<i64>,
+    pub(crate) oldest_due: Option<i64>,
     /// How long past it (0: nothing due).
     #[serde(rename = "retard_secondes")]
     pub late: i64,
@@ -143,7 +142,7 @@ pub struct IndexState {
 
 /// The walk of the index.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct WalkReport {
+pub(crate) struct WalkReport {
     /// `jamais`, `adoption`, `controle` (the hourly pass) or `faite`.
     #[serde(rename = "etat")]
     pub state: &'static str,
@@ -152,18 +151,18 @@ pub struct WalkReport {
     pub folder: Option<&'static str>,
     /// Names of that folder walked in this pass.
     #[serde(rename = "noms_parcourus")]
-    pub walked: Option<u64>,
+    pub(crate) walked: Option<u64>,
     /// The same, against the kept files (at most 100).
     #[serde(rename = "pourcent")]
     pub percent: Option<f64>,
     /// The second the last pass ended.
     #[serde(rename = "derniere_fin")]
-    pub last_end: Option<i64>,
+    pub(crate) last_end: Option<i64>,
 }
 
 /// The last sweep.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct SweepState {
+pub(crate) struct SweepState {
     /// The second the last sweep that left nothing to do ended.
     #[serde(rename = "dernier")]
     pub last: Option<i64>,
@@ -174,24 +173,24 @@ pub struct SweepState {
 
 /// The log.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct LogState {
+pub(crate) struct LogState {
     /// The live log's path.
     #[serde(rename = "fichier")]
     pub file: String,
     /// The second its last line was written (its mtime).
     #[serde(rename = "derniere_ligne")]
-    pub last_line: Option<i64>,
+    pub(crate) last_line: Option<i64>,
     /// Error lines written within the last hour, among those read.
     #[serde(rename = "erreurs_derniere_heure")]
-    pub errors_last_hour: usize,
+    pub(crate) errors_last_hour: usize,
     /// The last error lines, oldest first.
     #[serde(rename = "dernieres_erreurs")]
-    pub last_errors: Vec<String>,
+    pub(crate) last_errors: Vec<String>,
 }
 
 /// What `depot-fichiers etat` says.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// The program's version.
     pub version: &'static str,
     /// The overall verdict.
@@ -207,7 +206,7 @@ pub struct Report {
     pub account: String,
     /// `dossier_fichiers`.
     #[serde(rename = "dossier_fichiers")]
-    pub files_folder: String,
+    pub(crate) files_folder: String,
     /// Files stored, from the kept totals (`None`: not known yet).
     #[serde(rename = "fichiers")]
     pub files: Option<u64>,
@@ -219,13 +218,13 @@ pub struct Report {
     pub capacity: Option<u64>,
     /// Bytes stored against the capacity.
     #[serde(rename = "utilisation_pourcent")]
-    pub used_percent: Option<f64>,
+    pub(crate) used_percent: Option<f64>,
     /// The store lock stayed held past its wait: the totals were read without it.
     #[serde(rename = "verrou_occupe")]
-    pub lock_busy: bool,
+    pub(crate) lock_busy: bool,
     /// The last check of the totals.
     #[serde(rename = "controle_totaux")]
-    pub totals_check: TotalsCheck,
+    pub(crate) totals_check: TotalsCheck,
     /// `--compter`.
     #[serde(rename = "comptage")]
     pub counted: Option<Counted>,
@@ -243,7 +242,7 @@ pub struct Report {
 }
 
 /// The state of the store and log of `cfg`, judged; with `count`, counts the root too.
-pub fn gather(cfg: &Config, count: bool) -> Report {
+pub(crate) fn gather(cfg: &Config, count: bool) -> Report {
     let (mut report, mut alerts) = gather::read(cfg, count);
     let sweep_interval =
         i64::try_from(cfg.expiry.min_sweep_interval_ms.div_ceil(1000)).unwrap_or(0);

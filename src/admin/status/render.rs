@@ -7,12 +7,12 @@ use crate::wording::{bytes_fr, duration_fr, group, percent_fr, plural, round1, s
 
 impl Report {
     /// The report as JSON (the keys are listed in the README).
-    pub fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
     /// The report in French, for a person.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = Vec::new();
         let mut say = |s: String| out.push(s);
         self.say_verdict(&mut say);

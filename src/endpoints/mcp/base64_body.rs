@@ -21,7 +21,7 @@ pub struct Base64File {
 
 impl Base64File {
     /// Length of the encoded text.
-    pub fn encoded_len(&self) -> u64 {
+    pub(crate) fn encoded_len(&self) -> u64 {
         self.len.div_ceil(3) * 4
     }
 }
@@ -75,7 +75,7 @@ fn base64_chunk(f: &Base64File, offset: u64, raw: &mut [u8], out: &mut String) -
 /// The pieces of a reply as a response body: text sent as it is, files encoded chunk by chunk.
 /// Each part is dropped once written: a file is closed as soon as its content has left, not at
 /// the end of the reply (which a slow client can make last minutes).
-pub struct Spliced {
+pub(crate) struct Spliced {
     parts: VecDeque<Part>,
     /// The file being encoded, and how far into it.
     current: Option<(Base64File, u64)>,
@@ -89,7 +89,7 @@ pub struct Spliced {
 
 impl Spliced {
     /// The reply made of `parts`, in order.
-    pub fn new(parts: Vec<Part>) -> Self {
+    pub(crate) fn new(parts: Vec<Part>) -> Self {
         Spliced {
             len: parts.iter().map(Part::len).sum(),
             parts: parts.into(),

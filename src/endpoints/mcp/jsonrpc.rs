@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 /// Versions this server speaks, newest first (discover `supportedVersions`, -32022 `supported`).
-pub const SUPPORTED_VERSIONS: [&str; 5] = [
+pub(crate) const SUPPORTED_VERSIONS: [&str; 5] = [
     "2026-07-28",
     "2025-11-25",
     "2025-06-18",
@@ -14,19 +14,19 @@ pub const SUPPORTED_VERSIONS: [&str; 5] = [
 ];
 
 /// The newest handshake (legacy) version, answered to an `initialize` asking for anything else.
-pub const LATEST_HANDSHAKE_VERSION: &str = "2025-11-25";
+pub(crate) const LATEST_HANDSHAKE_VERSION: &str = "2025-11-25";
 
 /// `_meta` key of the protocol version (2026-07-28).
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// `_meta` key of the client capabilities (2026-07-28).
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// `_meta` key of the server information (2026-07-28).
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// `ttlMs` of `server/discover` and `tools/list` (the tool list never changes within a release).
-pub const DISCOVER_TTL_MS: u64 = 3_600_000;
+pub(crate) const DISCOVER_TTL_MS: u64 = 3_600_000;
 /// `ttlMs` of `tools/list` (2026-07-28).
-pub const TOOLS_LIST_TTL_MS: u64 = 300_000;
+pub(crate) const TOOLS_LIST_TTL_MS: u64 = 300_000;
 
 /// A protocol version this server knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,12 +68,12 @@ impl Version {
     }
 
     /// `structuredContent`, `outputSchema`, `title`, `resource_link` exist from 2025-06-18 on.
-    pub fn is_rich(self) -> bool {
+    pub(crate) fn is_rich(self) -> bool {
         self >= Version::V2025_06_18
     }
 
     /// Whether this is the stateless era (2026-07-28).
-    pub fn is_modern(self) -> bool {
+    pub(crate) fn is_modern(self) -> bool {
         self == Version::V2026_07_28
     }
 }
@@ -103,13 +103,13 @@ impl RpcError {
     }
 
     /// Sets the HTTP status.
-    pub fn with_status(mut self, status: u16) -> Self {
+    pub(crate) fn with_status(mut self, status: u16) -> Self {
         self.status = status;
         self
     }
 
     /// Sets `data`.
-    pub fn with_data(mut self, data: Value) -> Self {
+    pub(crate) fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self
     }
@@ -120,24 +120,24 @@ impl RpcError {
     }
 
     /// -32700, HTTP 400.
-    pub fn parse_error() -> Self {
+    pub(crate) fn parse_error() -> Self {
         RpcError::new(-32700, "Parse error: the request body is not valid JSON").with_status(400)
     }
 
     /// -32022 with `{supported, requested}`, HTTP 400.
-    pub fn unsupported_version(requested: &str) -> Self {
+    pub(crate) fn unsupported_version(requested: &str) -> Self {
         RpcError::new(-32022, "Unsupported protocol version")
             .with_status(400)
             .with_data(json!({"supported": SUPPORTED_VERSIONS, "requested": requested}))
     }
 
     /// -32020, HTTP 400.
-    pub fn header_mismatch(message: impl Into<String>) -> Self {
+    pub(crate) fn header_mismatch(message: impl Into<String>) -> Self {
         RpcError::new(-32020, format!("Header mismatch: {}", message.into())).with_status(400)
     }
 
     /// The JSON-RPC error object (`{"code","message"[,"data"]}`).
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut e = json!({"code": self.code, "message": self.message});
         if let Some(d) = &self.data {
             e["data"] = d.clone();

@@ -49,7 +49,7 @@ fn origin_of(url: &str) -> Option<String> {
 }
 
 /// Is a browser `Origin` accepted? The origin of `url_base`, or one of `origines_autorisees`.
-pub fn origin_allowed(cfg: &Config, origin: &str) -> bool {
+pub(crate) fn origin_allowed(cfg: &Config, origin: &str) -> bool {
     let Some(o) = origin_of(origin) else {
         return false; // "null", garbage
     };
@@ -69,7 +69,7 @@ fn trimmed(req: &Request, name: &str) -> Option<String> {
 }
 
 /// The MCP headers of a request.
-pub fn mcp_headers(req: &Request) -> McpHeaders {
+pub(crate) fn mcp_headers(req: &Request) -> McpHeaders {
     McpHeaders {
         protocol_version: trimmed(req, "MCP-Protocol-Version"),
         method: trimmed(req, "Mcp-Method"),
@@ -97,7 +97,7 @@ fn rpc_error_response(e: &RpcError) -> Response {
 ///
 /// Also the per-request base64 budget: the files returned in base64 by one HTTP request add up
 /// to at most `taille_max_base64_octets`, and number at most [`BASE64_FILES_PER_REQUEST`].
-pub struct Base64Splice {
+pub(crate) struct Base64Splice {
     nonce: String,
     files: Vec<Base64File>,
     spent: u64,
@@ -130,7 +130,7 @@ const _: () = assert!(
 
 impl Base64Splice {
     /// An empty splice with a fresh random marker.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         use std::hash::{BuildHasher, RandomState};
         // SipHash keyed from the OS's randomness (std's `RandomState`): unpredictable outside.
         let t = std::time::SystemTime::now()
@@ -199,7 +199,7 @@ impl Default for Base64Splice {
 /// budget checks in mode base64 (the file itself is read while the reply is written, see
 /// [`Base64Splice`]); a counted file's download spent in mode base64 (specification §2.6); then
 /// `touch` (a retrieval counts as a download).
-pub fn store_source<'a>(
+pub(crate) fn store_source<'a>(
     app: &'a App,
     splice: &'a mut Base64Splice,
 ) -> impl FnMut(&Name, Mode) -> FileOutcome + 'a {

@@ -143,7 +143,7 @@ fn ok_reply(id: &Value, result: Value) -> Reply {
 /// Size of a batch's reply (without the files spliced in mode base64) past which the remaining
 /// calls of the batch are not run: they get a -32000 error. Keeps the memory of one request
 /// bounded whatever the batch (a `tools/list` answer is 30 times the size of its request).
-pub const BATCH_REPLY_MAX: usize = 4 << 20;
+pub(crate) const BATCH_REPLY_MAX: usize = 4 << 20;
 
 /// A 2025-03-26 batch: each element handled alone; 202 when nothing needs an answer.
 fn legacy_batch(
@@ -337,7 +337,7 @@ fn check_header(name: &str, header: Option<&str>, body: Option<&str>) -> Result<
 }
 
 /// `Mcp-Name` may be `=?base64?<base64 of UTF-8>?=` (specification §6.2 c).
-pub fn decode_mcp_name(raw: &str) -> Result<String, RpcError> {
+pub(crate) fn decode_mcp_name(raw: &str) -> Result<String, RpcError> {
     let lower = raw.to_ascii_lowercase();
     if lower.starts_with("=?base64?") && raw.ends_with("?=") && raw.len() >= 11 {
         use base64::Engine;

@@ -13,7 +13,7 @@ use crate::names::Name;
 use super::jsonrpc::{RpcError, Version};
 
 /// The one tool's name.
-pub const TOOL_NAME: &str = "recuperer_fichier";
+pub(crate) const TOOL_NAME: &str = "recuperer_fichier";
 
 /// The tool's description, word for word as specification §6.3 quotes it.
 pub const DESCRIPTION: &str = "Récupère un fichier précédemment déposé sur le dépôt temporaire via `upload.php`. Utiliser `mode=\"lien\"` par défaut (retourne une URL de téléchargement directe, sans coût de contexte) ; n'utiliser `mode=\"base64\"` que lorsque le contenu du fichier doit impérativement être injecté dans la conversation (par exemple pour le fournir en pièce jointe à un connecteur MCP qui exige un contenu encodé et non une URL).";
@@ -87,7 +87,7 @@ pub enum FileOutcome {
 }
 
 /// The store seen from the tool: look up `name`, and in mode base64 read it (bounded).
-pub type FileSource<'a> = dyn FnMut(&Name, Mode) -> FileOutcome + 'a;
+pub(crate) type FileSource<'a> = dyn FnMut(&Name, Mode) -> FileOutcome + 'a;
 
 /// What a call needs from the configuration.
 pub struct ToolCtx<'a> {
@@ -139,7 +139,7 @@ pub fn definition(version: Version) -> Value {
 
 /// Matches both result shapes: lien `{nom, url_telechargement, taille_octets}` and base64
 /// `{nom, contenu_base64, taille_octets}`.
-pub fn output_schema() -> Value {
+pub(crate) fn output_schema() -> Value {
     json!({
         "type": "object",
         "properties": {

@@ -69,6 +69,35 @@ impl Apache {
         Apache::start_with(mode, extra, "", Some(nofile))
     }
 
+    /// mod_fcgid with a binary that checks bearers against the introspection server at
+    /// `idp_url` for the resource `resource` (`oauth_introspection_url`, the client's id and
+    /// secret of [`crate::introspection`], `mcp_resource_url`; `oauth_url` an address where
+    /// nothing answers), `directives` appended to the server configuration and, with `nofile`,
+    /// the descriptors limited as [`Apache::with_nofile`] does.
+    pub fn with_introspection(
+        idp_url: &str,
+        resource: &str,
+        directives: &str,
+        nofile: Option<u64>,
+    ) -> Apache {
+        let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+        Apache::start_with(
+            Mode::Fcgid,
+            &[
+                ("oauth_url", "\"http://127.0.0.1:9/as\""),
+                ("oauth_introspection_url", &q(idp_url)),
+                ("oauth_client_id", &q(crate::introspection::CLIENT_ID)),
+                (
+                    "oauth_client_secret",
+                    &q(crate::introspection::CLIENT_SECRET),
+                ),
+                ("mcp_resource_url", &q(resource)),
+            ],
+            directives,
+            nofile,
+        )
+    }
+
     fn start_with(
         mode: Mode,
         extra: &[(&str, &str)],

@@ -15,6 +15,7 @@
 pub mod answer;
 pub mod apache;
 pub mod audit;
+pub mod client;
 pub mod config;
 pub mod fcgi;
 pub mod introspection;
@@ -660,18 +661,9 @@ pub fn curl(args: &[&str]) -> Reply {
     }
 }
 
-/// `POST /upload.php` of `path` with the state's token.
+/// `POST /upload.php` of `path` with the state's token ([`client::Client::upload_file`]).
 pub fn upload(state: &State, path: &Path) -> Reply {
-    let auth = format!("Authorization: Bearer {}", state.token);
-    // Quoted, so that `,` `;` and spaces in the local path are taken literally by curl.
-    let form = format!("fichier=@\"{}\"", path.display());
-    curl(&[
-        "-H",
-        &auth,
-        "-F",
-        &form,
-        &format!("{}/upload.php", state.url),
-    ])
+    client::Client::of(state).upload_file(path, &[])
 }
 
 /// Writes `content` to a fresh temporary folder as `name` and returns (folder guard, path).

@@ -1,4 +1,4 @@
-//! What the tests of the resumable upload share (`tests/reprise.rs`, `tests/reprise_pannes.rs`):
+//! What the tests of the resumable upload share (`tests/system/resumable.rs`, `tests/system/resumable_faults.rs`):
 //! its requests made with curl, the shell function that `consignes` prints (run with `sh` as
 //! printed), a TCP proxy that cuts connections at random points, and the processes of the binary
 //! a private Apache started.

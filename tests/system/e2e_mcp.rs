@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::apache::{Apache, Mode};
+use common::client::Client;
 use common::introspection::{self, IntrospectionServer};
 use common::{bytes, curl, local_file, upload};
 use serde_json::json;
@@ -23,20 +24,7 @@ fn toml_string(s: &str) -> String {
 
 /// A private Apache whose binary introspects at `idp`.
 fn apache_with(idp: &IntrospectionServer) -> Apache {
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    Apache::with(
-        Mode::Fcgid,
-        &[
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-        ],
-    )
+    Apache::with_introspection(&idp.url(), RESOURCE, "", None)
 }
 
 fn python() -> PathBuf {
@@ -60,26 +48,11 @@ fn tools_call_with_a_valid_token_gives_the_link_through_apache() {
     let (_d, path) = local_file("rapport final.pdf", &content);
     assert_eq!(upload(&a.state, &path).status, 200);
 
-    let body = common::tools_call(
+    let r = Client::of(&a.state).tools_call(
+        introspection::TOK_ACTIVE,
         2,
         json!({"nom_fichier": "rapport final.pdf", "mode": "lien"}),
-    )
-    .to_string();
-    let auth = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
-    let mcp = format!("{}/mcp.php", a.state.url);
-    let r = curl(&[
-        "-X",
-        "POST",
-        "-H",
-        &auth,
-        "-H",
-        "Content-Type: application/json",
-        "-H",
-        "Accept: application/json, text/event-stream",
-        "--data-binary",
-        &body,
-        &mcp,
-    ]);
+    );
     assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v = r.json();
@@ -114,6 +87,12 @@ fn tools_call_with_a_valid_token_gives_the_link_through_apache() {
     );
 
     // The same request with an inactive token: 401 with the invalid_token challenge.
+    let body = common::tools_call(
+        2,
+        json!({"nom_fichier": "rapport final.pdf", "mode": "lien"}),
+    )
+    .to_string();
+    let mcp = format!("{}/mcp.php", a.state.url);
     let bad = format!("Authorization: Bearer {}", introspection::TOK_INACTIVE);
     let r = curl(&[
         "-X",
@@ -778,19 +757,5 @@ fn a_slow_flood_of_base64_calls_holds_few_descriptors_under_mod_fcgid() {
 /// A private Apache with mod_fcgid whose binary introspects at `idp`, everything limited to
 /// 1 024 descriptors.
 fn apache_with_nofile(idp: &IntrospectionServer) -> Apache {
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    Apache::with_nofile(
-        Mode::Fcgid,
-        &[
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-        ],
-        1024,
-    )
+    Apache::with_introspection(&idp.url(), RESOURCE, "", Some(1024))
 }

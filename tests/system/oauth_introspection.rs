@@ -5,6 +5,7 @@
 use depot_test_support as common;
 
 use common::audit;
+use common::client::Client;
 use common::introspection::{self as is, IntrospectionServer};
 
 const RESOURCE: &str = "https://depot.example.org/mcp.php";
@@ -16,35 +17,16 @@ fn apache_with(idp: &IntrospectionServer) -> common::apache::Apache {
 
 /// Like [`apache_with`], with `directives` appended to Apache's configuration.
 fn apache_with_directives(idp: &IntrospectionServer, directives: &str) -> common::apache::Apache {
-    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
-    common::apache::Apache::with_server_config(
-        common::apache::Mode::Fcgid,
-        &[
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &q(&idp.url())),
-            ("oauth_client_id", &q(is::CLIENT_ID)),
-            ("oauth_client_secret", &q(is::CLIENT_SECRET)),
-            ("mcp_resource_url", &q(RESOURCE)),
-        ],
-        directives,
-    )
+    common::apache::Apache::with_introspection(&idp.url(), RESOURCE, directives, None)
 }
 
 /// `tools/list` on `/mcp.php` with `bearer`.
 fn mcp_with(a: &common::apache::Apache, bearer: &str) -> common::Reply {
-    common::curl(&[
-        "-X",
-        "POST",
-        "-H",
-        &format!("Authorization: Bearer {bearer}"),
-        "-H",
-        "Content-Type: application/json",
-        "-H",
-        "Accept: application/json, text/event-stream",
-        "--data-binary",
+    Client::new(a.url(), a.token()).mcp(
+        bearer,
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-        &format!("{}/mcp.php", a.url()),
-    ])
+        &[],
+    )
 }
 
 /// The usual refusal of a bad bearer: 401 with the `invalid_token` challenge.

@@ -300,21 +300,7 @@ fn a_per_file_link_expires_with_the_file() {
 #[test]
 fn the_mcp_link_carries_a_capability_that_downloads() {
     let idp = IntrospectionServer::start(RESOURCE);
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    let a = Apache::with(
-        Mode::Fcgid,
-        &[
-            ON,
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-        ],
-    );
+    let a = Apache::with_introspection(&idp.url(), RESOURCE, &[ON], "", None);
     let s = &a.state;
     let content = bytes(3000, 23);
     let from_upload = upload_link(s, "rapport final.pdf", &content);
@@ -350,20 +336,12 @@ fn the_mcp_link_carries_a_capability_that_downloads() {
 #[test]
 fn with_the_option_off_the_mcp_link_never_carries_token_acces() {
     let idp = IntrospectionServer::start(RESOURCE);
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    let a = Apache::with(
-        Mode::Fcgid,
-        &[
-            ("liens_par_fichier", "false"),
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-        ],
+    let a = Apache::with_introspection(
+        &idp.url(),
+        RESOURCE,
+        &[("liens_par_fichier", "false")],
+        "",
+        None,
     );
     let s = &a.state;
     let content = bytes(3000, 24);
@@ -478,7 +456,3 @@ fn with_the_option_off_the_mcp_link_never_carries_token_acces() {
 }
 
 const RESOURCE: &str = "https://depot.example.org/mcp.php";
-
-fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}

@@ -10,7 +10,7 @@ use depot_test_support as common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::apache::{Apache, Mode};
+use common::apache::Apache;
 use common::client::Client;
 use common::introspection::{self, IntrospectionServer};
 use common::{bytes, curl, local_file, upload};
@@ -18,13 +18,9 @@ use serde_json::json;
 
 const RESOURCE: &str = "https://depot.example.org/mcp.php";
 
-fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}
-
 /// A private Apache whose binary introspects at `idp`.
 fn apache_with(idp: &IntrospectionServer) -> Apache {
-    Apache::with_introspection(&idp.url(), RESOURCE, "", None)
+    Apache::with_introspection(&idp.url(), RESOURCE, &[], "", None)
 }
 
 fn python() -> PathBuf {
@@ -438,20 +434,12 @@ fn legacy_batch_of_base64_calls_through_apache_gets_one_answer_per_call() {
 #[test]
 fn own_secrets_as_bearer_are_refused_without_introspection() {
     let idp = IntrospectionServer::start(RESOURCE);
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    let a = Apache::with(
-        Mode::Fcgid,
-        &[
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-            ("liens_par_fichier", "true"),
-        ],
+    let a = Apache::with_introspection(
+        &idp.url(),
+        RESOURCE,
+        &[("liens_par_fichier", "true")],
+        "",
+        None,
     );
     let (_d, path) = local_file("secret.txt", b"contenu");
     let up = upload(&a.state, &path);
@@ -757,5 +745,5 @@ fn a_slow_flood_of_base64_calls_holds_few_descriptors_under_mod_fcgid() {
 /// A private Apache with mod_fcgid whose binary introspects at `idp`, everything limited to
 /// 1 024 descriptors.
 fn apache_with_nofile(idp: &IntrospectionServer) -> Apache {
-    Apache::with_introspection(&idp.url(), RESOURCE, "", Some(1024))
+    Apache::with_introspection(&idp.url(), RESOURCE, &[], "", Some(1024))
 }

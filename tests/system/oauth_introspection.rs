@@ -17,7 +17,7 @@ fn apache_with(idp: &IntrospectionServer) -> common::apache::Apache {
 
 /// Like [`apache_with`], with `directives` appended to Apache's configuration.
 fn apache_with_directives(idp: &IntrospectionServer, directives: &str) -> common::apache::Apache {
-    common::apache::Apache::with_introspection(&idp.url(), RESOURCE, directives, None)
+    common::apache::Apache::with_introspection(&idp.url(), RESOURCE, &[], directives, None)
 }
 
 /// `tools/list` on `/mcp.php` with `bearer`.

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Output;
 
 use common::apache::{Apache, Mode};
-use common::client::Client;
+use common::client::{Client, output_text as text};
 use common::{State, as_run_user, curl, local_file, upload};
 
 /// `depot-fichiers --config … <args>` run as the servers' user.
@@ -20,14 +20,6 @@ fn run(state: &State, args: &[&str]) -> Output {
     let mut c = as_run_user(state, &state.bin().display().to_string());
     c.arg("--config").arg(state.config()).args(args);
     c.output().expect("depot-fichiers")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn mode(p: &Path) -> u32 {

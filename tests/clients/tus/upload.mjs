@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Real-client check of the resumable upload of depot-fichiers (docs/SPECIFICATION.md §2.5) with
 // tus-js-client, pinned in package.json, speaking the IETF draft (`protocol: 'ietf-draft-05'`,
-// which sends `Upload-Draft-Interop-Version: 6`). Driven by tests/tus_client.rs.
+// which sends `Upload-Draft-Interop-Version: 6`). Driven by tests/system/tus_client.rs.
 //
 // Sends FILE to ENDPOINT (`<url_base>/upload.php`) in parts of CHUNK bytes, the upload token in
 // `Authorization: Bearer` on every request and the name in `Content-Disposition` on the creation,
@@ -31,7 +31,7 @@
 //                                  in parts, it never sends `Upload-Complete: ?1`, and reports
 //                                  success on the last part's `204` while the upload stays
 //                                  incomplete (the draft: an offset equal to the length does not
-//                                  complete an upload). Only tests/tus_client.rs uses `stream`,
+//                                  complete an upload). Only tests/system/tus_client.rs uses `stream`,
 //                                  to see that failure caught.
 
 import { appendFileSync, createReadStream, readFileSync } from 'node:fs'

@@ -69,6 +69,37 @@ impl Apache {
         Apache::start_with(mode, extra, "", Some(nofile))
     }
 
+    /// mod_fcgid with a binary that checks bearers against the introspection server at
+    /// `idp_url` for the resource `resource` (`oauth_introspection_url`, the client's id and
+    /// secret of [`crate::introspection`], `mcp_resource_url`; `oauth_url` an address where
+    /// nothing answers), the configuration keys `extra` after them, `directives` appended to the
+    /// server configuration and, with `nofile`, the descriptors limited as
+    /// [`Apache::with_nofile`] does.
+    pub fn with_introspection(
+        idp_url: &str,
+        resource: &str,
+        extra: &[(&str, &str)],
+        directives: &str,
+        nofile: Option<u64>,
+    ) -> Apache {
+        let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+        let (url, id, secret, resource) = (
+            q(idp_url),
+            q(crate::introspection::CLIENT_ID),
+            q(crate::introspection::CLIENT_SECRET),
+            q(resource),
+        );
+        let mut keys = vec![
+            ("oauth_url", "\"http://127.0.0.1:9/as\""),
+            ("oauth_introspection_url", url.as_str()),
+            ("oauth_client_id", id.as_str()),
+            ("oauth_client_secret", secret.as_str()),
+            ("mcp_resource_url", resource.as_str()),
+        ];
+        keys.extend_from_slice(extra);
+        Apache::start_with(Mode::Fcgid, &keys, directives, nofile)
+    }
+
     fn start_with(
         mode: Mode,
         extra: &[(&str, &str)],

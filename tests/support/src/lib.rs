@@ -3,7 +3,7 @@
 //! a synchronous FastCGI client, `server` starts the project's FastCGI server on a Unix socket in
 //! a temporary directory; `apache` and `nginx` are the end-to-end fixtures; `juicefs` mounts one
 //! private JuiceFS volume twice (two nodes); `stress` is the concurrency stress of
-//! `tests/stress.rs` and `tests/multinoeud.rs`; `config` builds every test configuration,
+//! `tests/system/stress.rs` and `tests/system/multinode.rs`; `config` builds every test configuration,
 //! `answer` is the one answer type, `introspection` a real OAuth introspection server, `audit`
 //! the secrets audit. Also here, the shared pieces of the end-to-end tests: the state folder
 //! (config, binary copy, files/, log/), template filling shared with `apache/demo`, free ports,
@@ -15,12 +15,15 @@
 pub mod answer;
 pub mod apache;
 pub mod audit;
+pub mod client;
 pub mod config;
 pub mod fcgi;
+pub mod hostile;
 pub mod introspection;
 pub mod juicefs;
+pub mod listen;
 pub mod nginx;
-pub mod reprise;
+pub mod resumable;
 pub mod server;
 pub mod stress;
 
@@ -660,18 +663,9 @@ pub fn curl(args: &[&str]) -> Reply {
     }
 }
 
-/// `POST /upload.php` of `path` with the state's token.
+/// `POST /upload.php` of `path` with the state's token ([`client::Client::upload_file`]).
 pub fn upload(state: &State, path: &Path) -> Reply {
-    let auth = format!("Authorization: Bearer {}", state.token);
-    // Quoted, so that `,` `;` and spaces in the local path are taken literally by curl.
-    let form = format!("fichier=@\"{}\"", path.display());
-    curl(&[
-        "-H",
-        &auth,
-        "-F",
-        &form,
-        &format!("{}/upload.php", state.url),
-    ])
+    client::Client::of(state).upload_file(path, &[])
 }
 
 /// Writes `content` to a fresh temporary folder as `name` and returns (folder guard, path).

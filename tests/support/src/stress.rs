@@ -1,7 +1,7 @@
-//! The concurrency stress shared by `tests/stress.rs` (one machine) and `tests/multinoeud.rs`
+//! The concurrency stress shared by `tests/system/stress.rs` (one machine) and `tests/system/multinode.rs`
 //! (two nodes on one JuiceFS volume): clients mixing uploads of the same few names, whole and
 //! Range downloads and MCP base64 reads, the history of every answer, and the checks on it. See
-//! `tests/stress.rs` for the invariants.
+//! `tests/system/stress.rs` for the invariants.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -785,7 +785,7 @@ fn processes_with(config: &Path) -> usize {
         .unwrap_or(0)
 }
 
-/// What a run checks beyond the invariants of `tests/stress.rs`.
+/// What a run checks beyond the invariants of `tests/system/stress.rs`.
 pub struct Options {
     pub label: String,
     pub clients: usize,

@@ -12,10 +12,8 @@
 //! checks and counts before a refusal run among the publications and removals: the kept total,
 //! read with each snapshot, is never below what the store holds.
 //!
-//! Also here (feature `system-tests`): files taken out of the store by hand, through Apache and
-//! mod_fcgid — a 507 is
-//! answered only after the store was counted, the housekeeping puts the total right by itself,
-//! and a capacity set on a store that lived needs no count.
+//! Also here: a capacity set on a store that lived needs no count. Files taken out of the store
+//! by hand, through Apache and mod_fcgid: `tests/system/capacity.rs`.
 //!
 //! The observer reads the store under a shared `flock` of `.tmp/verrou`, the lock under which
 //! every publication checks the capacity and renames and every deletion happens
@@ -30,61 +28,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::client::fcgi_upload;
 use common::config::{TOKEN, TestConfig};
-use common::fcgi::{FcgiClient, FcgiResponse};
+use common::resumable::{age_totals_check, totals};
 
 const CAPACITY: u64 = 8_000_000;
 const CLIENTS: usize = 12;
 const NAMES: u64 = 24;
 const RUN: Duration = Duration::from_secs(8);
-
-fn upload(socket: &Path, name: &str, data: &[u8]) -> FcgiResponse {
-    let auth = format!("Bearer {TOKEN}");
-    let (ct, body) = common::multipart_file(name, data);
-    let len = body.len().to_string();
-    FcgiClient::unix(socket)
-        .expect("connect")
-        .with_record_size(65535)
-        .request(
-            &[
-                ("REQUEST_METHOD", "POST"),
-                ("SCRIPT_NAME", "/upload.php"),
-                ("REQUEST_URI", "/upload.php"),
-                ("CONTENT_TYPE", &ct),
-                ("CONTENT_LENGTH", &len),
-                ("HTTP_AUTHORIZATION", &auth),
-            ],
-            &body,
-        )
-        .unwrap_or_else(|e| panic!("upload of {name}: {e}"))
-}
-
-/// The kept totals (`.tmp/index/total`, seven lines of 20 digits): bytes, bytes added, bytes
-/// removed, files, files added, files removed, the second the last check ended. `None` for a
-/// line that is not a number (not known yet).
-fn totals(files: &Path) -> Vec<Option<u64>> {
-    fs::read_to_string(files.join(".tmp/index/total"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-/// Writes the second the last check of the totals ended (their seventh line): `secs_ago`
-/// seconds ago. Only that line, one `pwrite`: what the program writes there meanwhile wins.
-fn age_totals_check(files: &Path, secs_ago: u64) {
-    use std::os::unix::fs::FileExt;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let f = fs::OpenOptions::new()
-        .write(true)
-        .open(files.join(".tmp/index/total"))
-        .unwrap();
-    f.write_all_at(format!("{:020}\n", now - secs_ago).as_bytes(), 6 * 21)
-        .unwrap();
-}
 
 /// The published files of the store and their sizes, read under a shared lock of the store
 /// (`.tmp/`, `.meta/` and anything that is not a regular file are not published files), and
@@ -139,7 +90,7 @@ fn concurrent_uploads_in_two_processes_never_exceed_the_capacity() {
     assert_ne!(processes[0].child.id(), processes[1].child.id());
     let files = root.join("files");
     // The store exists once a request went through.
-    let first = upload(&sockets[0], "amorce.bin", b"x");
+    let first = fcgi_upload(&sockets[0], TOKEN, "amorce.bin", b"x");
     assert_eq!(first.status, 200, "{}", first.text());
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -189,7 +140,7 @@ fn concurrent_uploads_in_two_processes_never_exceed_the_capacity() {
                     let name = format!("f{:02}.bin", next(&mut x) % NAMES);
                     // 0.5 to 3 MB: two or three fill most of the store.
                     let len = 500_000 + (next(&mut x) % 2_500_000) as usize;
-                    let r = upload(&socket, &name, &common::bytes(len, next(&mut x)));
+                    let r = fcgi_upload(&socket, TOKEN, &name, &common::bytes(len, next(&mut x)));
                     let code = serde_json::from_slice::<serde_json::Value>(&r.body)
                         .ok()
                         .and_then(|v| v["erreur"].as_str().map(str::to_string))
@@ -243,87 +194,6 @@ fn concurrent_uploads_in_two_processes_never_exceed_the_capacity() {
     );
 }
 
-/// `(status, erreur)` of an upload of `len` bytes named `name` through the web server.
-#[cfg(feature = "system-tests")]
-fn upload_http(state: &common::State, name: &str, len: usize) -> (u16, String) {
-    let (_d, path) = common::local_file(name, &common::bytes(len, len as u64));
-    let r = common::upload(state, &path);
-    let code = serde_json::from_slice::<serde_json::Value>(&r.body)
-        .ok()
-        .and_then(|v| v["erreur"].as_str().map(str::to_string))
-        .unwrap_or_default();
-    (r.status, code)
-}
-
-/// Removes a stored file and its sidecar by hand, as an operator's `rm` would.
-#[cfg(feature = "system-tests")]
-fn remove_by_hand(state: &common::State, name: &str) {
-    fs::remove_file(state.files().join(name)).unwrap();
-    fs::remove_file(state.sidecar(name)).unwrap();
-}
-
-/// Through Apache and mod_fcgid, files leave the store by hand: a publication that the kept
-/// total would refuse counts the store first (once the last check is a minute old) and is
-/// stored; a refusal that a count confirms stays; the housekeeping puts the kept total right by
-/// itself once its check period has passed, and says so in the log.
-#[cfg(feature = "system-tests")]
-#[test]
-fn a_507_is_answered_only_when_the_store_is_full() {
-    let apache = common::apache::Apache::with(
-        common::apache::Mode::Fcgid,
-        &[("taille_max_totale_octets", "1000000")],
-    );
-    let state = &apache.state;
-    let files = state.files();
-    for i in 0..4 {
-        assert_eq!(upload_http(state, &format!("d{i}.bin"), 200_000).0, 200);
-    }
-    remove_by_hand(state, "d0.bin");
-    remove_by_hand(state, "d1.bin");
-    // 800 000 bytes kept, 400 000 stored: the kept total alone would refuse 400 000 more.
-    assert_eq!(totals(&files)[0], Some(800_000));
-    // The last check is a minute old (as when the files went long after it).
-    age_totals_check(&files, 61);
-    assert_eq!(upload_http(state, "e.bin", 400_000), (200, String::new()));
-    assert_eq!(totals(&files)[0], Some(800_000));
-    assert_eq!(totals(&files)[3], Some(3));
-    // Really full now: refused, and the count behind the refusal is recent.
-    assert_eq!(
-        upload_http(state, "f.bin", 300_000),
-        (507, "stockage_plein".to_string())
-    );
-    assert!(common::entries(&files).iter().all(|n| n != "f.bin"));
-
-    // The housekeeping's own check, once its period has passed: any request starts it.
-    remove_by_hand(state, "d2.bin");
-    age_totals_check(&files, 301);
-    let t0 = Instant::now();
-    loop {
-        let r = common::curl(&[&format!(
-            "{}/download.php?fichier=absent&token={}",
-            state.url, state.token
-        )]);
-        assert_eq!(r.status, 404);
-        if totals(&files)[0] == Some(600_000) {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the kept total was not put right: {:?}\n{}",
-            totals(&files),
-            state.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert_eq!(totals(&files)[3], Some(2));
-    let log = fs::read_to_string(state.log_file()).unwrap();
-    assert!(
-        log.contains("contrôle du total du dépôt — 600000 octets (le total tenu disait 800000"),
-        "{log}"
-    );
-    assert_eq!(upload_http(state, "g.bin", 400_000).0, 200);
-}
-
 /// A capacity set on a store that lived without one: the totals were kept all along, so the
 /// first upload under the capacity is checked against them at once, without counting the store.
 #[test]
@@ -337,7 +207,12 @@ fn a_capacity_set_later_needs_no_count() {
     fs::create_dir_all(root.join("a")).unwrap();
     let (mut first, socket) = common::listen_unix(&without, &root.join("a"));
     for i in 0..50 {
-        let r = upload(&socket, &format!("v{i:02}.bin"), &common::bytes(10_000, i));
+        let r = fcgi_upload(
+            &socket,
+            TOKEN,
+            &format!("v{i:02}.bin"),
+            &common::bytes(10_000, i),
+        );
         assert_eq!(r.status, 200, "{}", r.text());
     }
     first.stop();
@@ -352,9 +227,9 @@ fn a_capacity_set_later_needs_no_count() {
         .write(&with);
     fs::create_dir_all(root.join("b")).unwrap();
     let (_second, socket) = common::listen_unix(&with, &root.join("b"));
-    let r = upload(&socket, "w.bin", &common::bytes(10_000, 99));
+    let r = fcgi_upload(&socket, TOKEN, "w.bin", &common::bytes(10_000, 99));
     assert_eq!(r.status, 200, "{}", r.text());
-    let r = upload(&socket, "x.bin", &common::bytes(20_000, 98));
+    let r = fcgi_upload(&socket, TOKEN, "x.bin", &common::bytes(20_000, 98));
     assert_eq!(r.status, 507, "{}", r.text());
     let after = totals(&files);
     assert_eq!((after[0], after[3]), (Some(510_000), Some(51)), "{after:?}");

@@ -15,15 +15,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::apache::{Apache, Mode};
+use common::client::output_text as text;
 use common::{State, is_root, local_file, upload};
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// Owner, group and mode of the configuration, as an administrator sets them.
 fn set_config(path: &Path, owner: &str, mode: u32) {

@@ -14,6 +14,7 @@ use depot_test_support as common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::apache::{Apache, Mode};
+use common::client::Client;
 use common::introspection::{self, IntrospectionServer};
 use common::{Reply, State, audit, bytes, curl, local_file, upload};
 use depot_fichiers::access::links::{self, UploadId};
@@ -43,14 +44,6 @@ fn capability_of(state: &State, link: &str) -> String {
     );
     assert!(cap.starts_with("l1."), "not a capability: {}", shown(cap));
     cap.to_string()
-}
-
-/// `download.php` for the (already percent-encoded) name with this `token=`.
-fn download(state: &State, name_in_url: &str, token: &str) -> String {
-    format!(
-        "{}/download.php?fichier={name_in_url}&token={token}",
-        state.url
-    )
 }
 
 /// Uploads `content` as `name` and returns the reply's `url_telechargement`.
@@ -95,7 +88,7 @@ fn a_per_file_link_opens_that_upload_of_that_name_only() {
     let cap = capability_of(s, &link);
     assert_eq!(
         link,
-        download(s, "devis%20dupont.docx", &cap),
+        Client::new(&s.url, &cap).download_url("devis%20dupont.docx"),
         "the link keeps the specification's shape"
     );
     let other = bytes(1000, 22);
@@ -116,47 +109,49 @@ fn a_per_file_link_opens_that_upload_of_that_name_only() {
     assert!(r.body == content[10..20]);
 
     // The same capability on another name: refused, whether that name exists or not.
-    assert_refused(&curl(&[&download(s, "autre.txt", &cap)]), "other name");
-    assert_refused(&curl(&[&download(s, "absent.txt", &cap)]), "missing name");
+    assert_refused(
+        &curl(&[&Client::new(&s.url, &cap).download_url("autre.txt")]),
+        "other name",
+    );
+    assert_refused(
+        &curl(&[&Client::new(&s.url, &cap).download_url("absent.txt")]),
+        "missing name",
+    );
     // A name that does not even parse: refused as a token, not as a name.
-    assert_refused(&curl(&[&download(s, "", &cap)]), "empty name");
+    assert_refused(
+        &curl(&[&Client::new(&s.url, &cap).download_url("")]),
+        "empty name",
+    );
     // With token_acces the empty name is still a 400 (the specification's order).
-    let r = curl(&[&download(s, "", &s.token)]);
+    let r = curl(&[&Client::new(&s.url, &s.token).download_url("")]);
     assert_eq!(r.status, 400, "{}", r.text());
 
     // A forged capability: the same 401, byte for byte, on an existing and on a missing name.
     let f = forged(&cap);
-    let on_existing = curl(&[&download(s, "devis%20dupont.docx", &f)]);
-    let on_missing = curl(&[&download(s, "absent.txt", &f)]);
+    let on_existing = curl(&[&Client::new(&s.url, &f).download_url("devis%20dupont.docx")]);
+    let on_missing = curl(&[&Client::new(&s.url, &f).download_url("absent.txt")]);
     assert_refused(&on_existing, "forged, existing name");
     assert_refused(&on_missing, "forged, missing name");
     assert!(on_existing.body == on_missing.body);
-    let h1 = curl(&["-I", &download(s, "autre.txt", &f)]);
-    let h2 = curl(&["-I", &download(s, "absent.txt", &f)]);
+    let h1 = curl(&["-I", &Client::new(&s.url, &f).download_url("autre.txt")]);
+    let h2 = curl(&["-I", &Client::new(&s.url, &f).download_url("absent.txt")]);
     assert_eq!((h1.status, h2.status), (401, 401));
     // Junk in token= is refused like a forgery.
     for junk in ["l1.1.2.3", "l1", "x", "l1..."] {
         assert_refused(
-            &curl(&[&download(s, "devis%20dupont.docx", junk)]),
+            &curl(&[&Client::new(&s.url, junk).download_url("devis%20dupont.docx")]),
             "junk token",
         );
     }
 
     // A capability never authorises an upload.
     let (_d, p) = local_file("devis dupont.docx", b"remplacement");
-    let form = format!("fichier=@\"{}\"", p.display());
-    let r = curl(&[
-        "-H",
-        &format!("Authorization: Bearer {cap}"),
-        "-F",
-        &form,
-        &format!("{}/upload.php", s.url),
-    ]);
+    let r = Client::new(&s.url, &cap).upload_file(&p, &[]);
     assert_refused(&r, "upload with a capability");
     assert_eq!(curl(&[&link]).body, content, "the file was replaced");
 
     // token_acces keeps working in token=.
-    let d = curl(&[&download(s, "autre.txt", &s.token)]);
+    let d = curl(&[&Client::new(&s.url, &s.token).download_url("autre.txt")]);
     assert_eq!(d.status, 200);
     assert!(d.body == other);
 
@@ -197,19 +192,19 @@ fn the_link_is_bound_to_the_sidecar_and_the_option_off_still_honours_a_capabilit
     let r = upload(s, &path);
     assert_eq!(r.status, 200, "{}", r.text());
     let link = r.json()["url_telechargement"].as_str().unwrap().to_string();
-    assert_eq!(link, download(s, "lie.txt", &s.token));
+    assert_eq!(link, Client::new(&s.url, &s.token).download_url("lie.txt"));
     let cap = capability_from_sidecar(s, "lie.txt");
-    let d = curl(&[&download(s, "lie.txt", &cap)]);
+    let d = curl(&[&Client::new(&s.url, &cap).download_url("lie.txt")]);
     assert_eq!(d.status, 200, "{}", d.text());
     assert_eq!(d.body, b"x");
     let (_e, other) = local_file("autre.txt", b"y");
     assert_eq!(upload(s, &other).status, 200);
     assert_refused(
-        &curl(&[&download(s, "autre.txt", &cap)]),
+        &curl(&[&Client::new(&s.url, &cap).download_url("autre.txt")]),
         "option off, other name",
     );
     assert_refused(
-        &curl(&[&download(s, "lie.txt", &forged(&cap))]),
+        &curl(&[&Client::new(&s.url, &forged(&cap)).download_url("lie.txt")]),
         "option off, forged",
     );
     assert_eq!(curl(&[&link]).status, 200);
@@ -293,7 +288,10 @@ fn a_per_file_link_expires_with_the_file() {
     }
     assert_refused(&curl(&[&link]), "expired capability");
     // The file is gone too: with the token it is the usual 404.
-    assert_missing(&curl(&[&download(s, "court.txt", &s.token)]), "token");
+    assert_missing(
+        &curl(&[&Client::new(&s.url, &s.token).download_url("court.txt")]),
+        "token",
+    );
     let log = std::fs::read_to_string(s.log_file()).unwrap();
     assert!(log.contains("DEBUG lien par fichier refusé : expiré"));
     assert!(!log.contains(&cap), "capability in the log");
@@ -302,43 +300,16 @@ fn a_per_file_link_expires_with_the_file() {
 #[test]
 fn the_mcp_link_carries_a_capability_that_downloads() {
     let idp = IntrospectionServer::start(RESOURCE);
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    let a = Apache::with(
-        Mode::Fcgid,
-        &[
-            ON,
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-        ],
-    );
+    let a = Apache::with_introspection(&idp.url(), RESOURCE, &[ON], "", None);
     let s = &a.state;
     let content = bytes(3000, 23);
     let from_upload = upload_link(s, "rapport final.pdf", &content);
 
-    let body = common::tools_call(
+    let r = Client::of(s).tools_call(
+        introspection::TOK_ACTIVE,
         2,
         json!({"nom_fichier": "rapport final.pdf", "mode": "lien"}),
-    )
-    .to_string();
-    let r = curl(&[
-        "-X",
-        "POST",
-        "-H",
-        &format!("Authorization: Bearer {}", introspection::TOK_ACTIVE),
-        "-H",
-        "Content-Type: application/json",
-        "-H",
-        "Accept: application/json, text/event-stream",
-        "--data-binary",
-        &body,
-        &format!("{}/mcp.php", s.url),
-    ]);
+    );
     assert_eq!(r.status, 200, "{}\n{}", r.text(), s.logs());
     let v = r.json();
     assert_eq!(v["result"]["isError"], false, "{}", v["error"]);
@@ -346,7 +317,10 @@ fn the_mcp_link_carries_a_capability_that_downloads() {
     let sc: Value = serde_json::from_str(text).unwrap();
     let link = sc["url_telechargement"].as_str().unwrap();
     let cap = capability_of(s, link);
-    assert_eq!(link, download(s, "rapport%20final.pdf", &cap));
+    assert_eq!(
+        link,
+        Client::new(&s.url, &cap).download_url("rapport%20final.pdf")
+    );
     // Same upload, same capability: deterministic, no state.
     assert_eq!(link, from_upload);
     let d = curl(&[link]);
@@ -362,20 +336,12 @@ fn the_mcp_link_carries_a_capability_that_downloads() {
 #[test]
 fn with_the_option_off_the_mcp_link_never_carries_token_acces() {
     let idp = IntrospectionServer::start(RESOURCE);
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    let a = Apache::with(
-        Mode::Fcgid,
-        &[
-            ("liens_par_fichier", "false"),
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-        ],
+    let a = Apache::with_introspection(
+        &idp.url(),
+        RESOURCE,
+        &[("liens_par_fichier", "false")],
+        "",
+        None,
     );
     let s = &a.state;
     let content = bytes(3000, 24);
@@ -385,7 +351,7 @@ fn with_the_option_off_the_mcp_link_never_carries_token_acces() {
     // The bearer of token_acces keeps the specification's link.
     assert_eq!(
         up.json()["url_telechargement"],
-        json!(download(s, "rapport%20final.pdf", &s.token))
+        json!(Client::new(&s.url, &s.token).download_url("rapport%20final.pdf"))
     );
     let (_e, other) = local_file("autre.txt", b"autre");
     assert_eq!(upload(s, &other).status, 200);
@@ -450,21 +416,20 @@ fn with_the_option_off_the_mcp_link_never_carries_token_acces() {
     let link = &links[0];
     let cap = capability_of(s, link);
     assert_eq!(cap, capability_from_sidecar(s, "rapport final.pdf"));
-    assert_eq!(*link, download(s, "rapport%20final.pdf", &cap));
+    assert_eq!(
+        *link,
+        Client::new(&s.url, &cap).download_url("rapport%20final.pdf")
+    );
 
     let d = curl(&[link]);
     assert_eq!(d.status, 200, "{}", d.text());
     assert!(d.body == content);
-    assert_refused(&curl(&[&download(s, "autre.txt", &cap)]), "other name");
+    assert_refused(
+        &curl(&[&Client::new(&s.url, &cap).download_url("autre.txt")]),
+        "other name",
+    );
     let (_f, p) = local_file("rapport final.pdf", b"remplacement");
-    let form = format!("fichier=@\"{}\"", p.display());
-    let r = curl(&[
-        "-H",
-        &format!("Authorization: Bearer {cap}"),
-        "-F",
-        &form,
-        &format!("{}/upload.php", s.url),
-    ]);
+    let r = Client::new(&s.url, &cap).upload_file(&p, &[]);
     assert_refused(&r, "upload with the MCP capability");
     assert!(curl(&[link]).body == content, "the file was replaced");
 
@@ -491,7 +456,3 @@ fn with_the_option_off_the_mcp_link_never_carries_token_acces() {
 }
 
 const RESOURCE: &str = "https://depot.example.org/mcp.php";
-
-fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}

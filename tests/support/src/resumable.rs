@@ -1,4 +1,4 @@
-//! What the tests of the resumable upload share (`tests/reprise.rs`, `tests/reprise_pannes.rs`):
+//! What the tests of the resumable upload share (`tests/system/resumable.rs`, `tests/system/resumable_faults.rs`):
 //! its requests made with curl, the shell function that `consignes` prints (run with `sh` as
 //! printed), a TCP proxy that cuts connections at random points, and the processes of the binary
 //! a private Apache started.
@@ -13,34 +13,17 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use sha2::{Digest, Sha256};
 
-use crate::{Reply, State, curl};
+use crate::client::Client;
+use crate::{Reply, State};
 
 /// `Authorization: Bearer <token>`.
 pub fn auth(state: &State) -> String {
-    format!("Authorization: Bearer {}", state.token)
+    Client::of(state).auth()
 }
 
 /// A resumable upload's creation (`POST` with `Upload-Complete: ?0`, no body).
 pub fn create(state: &State, name: &str, length: u64, digest: Option<&[u8; 32]>) -> Reply {
-    let mut args = vec![
-        "-X".to_string(),
-        "POST".into(),
-        "-H".into(),
-        auth(state),
-        "-H".into(),
-        "Upload-Complete: ?0".into(),
-        "-H".into(),
-        format!("Upload-Length: {length}"),
-        "-H".into(),
-        format!("Content-Disposition: attachment; filename=\"{name}\""),
-    ];
-    if let Some(d) = digest {
-        args.push("-H".into());
-        args.push(format!("Repr-Digest: {}", repr_digest(d)));
-    }
-    args.push(format!("{}/upload.php", state.url));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    curl(&args)
+    Client::of(state).create(name, length, digest)
 }
 
 /// The URL of the upload resource a creation answered (`Location`), checked against its JSON.
@@ -65,33 +48,12 @@ pub fn patch_with(
     data: &[u8],
     extra: &[&str],
 ) -> Reply {
-    let d = tempfile::tempdir().unwrap();
-    let part = d.path().join("partie");
-    fs::write(&part, data).unwrap();
-    let at = format!("Upload-Offset: {offset}");
-    let done = format!("Upload-Complete: ?{}", u8::from(complete));
-    let body = format!("@{}", part.display());
-    let a = auth(state);
-    let mut args = vec![
-        "-X",
-        "PATCH",
-        "-H",
-        &a,
-        "-H",
-        &at,
-        "-H",
-        &done,
-        "-H",
-        "Content-Type: application/partial-upload",
-    ];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--data-binary", &body, url]);
-    curl(&args)
+    Client::of(state).patch(url, offset, complete, data, extra)
 }
 
 /// The offset query (`HEAD`).
 pub fn head(state: &State, url: &str) -> Reply {
-    curl(&["-I", "-H", &auth(state), url])
+    Client::of(state).head(url)
 }
 
 /// The `Upload-Offset` a `HEAD` answers.
@@ -329,6 +291,22 @@ pub fn totals(files: &Path) -> Vec<Option<u64>> {
         .lines()
         .map(|l| l.trim().parse().ok())
         .collect()
+}
+
+/// Writes the second the last check of the totals ended (their seventh line): `secs_ago`
+/// seconds ago. Only that line, one `pwrite`: what the program writes there meanwhile wins.
+pub fn age_totals_check(files: &Path, secs_ago: u64) {
+    use std::os::unix::fs::FileExt;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(files.join(".tmp/index/total"))
+        .unwrap();
+    f.write_all_at(format!("{:020}\n", now - secs_ago).as_bytes(), 6 * 21)
+        .unwrap();
 }
 
 /// The entries of `.tmp/reprises` (empty when it does not exist).

@@ -2,11 +2,11 @@
 //! serveurs"): one private JuiceFS volume mounted twice on this machine (two clients = two
 //! nodes, `tests/support/src/juicefs.rs`, with the mount options the store requires), one instance
 //! of the real program per mount (`--listen tcp:127.0.0.1:…`, FastCGI), `dossier_fichiers` in
-//! the same sub-folder `depot/` of each mount, and the concurrency stress of `tests/stress.rs`
+//! the same sub-folder `depot/` of each mount, and the concurrency stress of `tests/system/stress.rs`
 //! (`tests/support/src/stress.rs`) spread over both nodes: uploads of the same names on both, whole
 //! and Range downloads and MCP base64 reads on both, 1–2 s delays, sweeps all the time.
 //!
-//! Checked, beyond the invariants of `tests/stress.rs` (no torn or foreign body, no stale
+//! Checked, beyond the invariants of `tests/system/stress.rs` (no torn or foreign body, no stale
 //! version once a later one was acknowledged on EITHER node, nothing served past its expiry,
 //! no 5xx, nothing left after expiry): no acknowledged upload lost — a read answered "missing"
 //! while some version of that name had been acknowledged before it began and cannot have
@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use common::fcgi::{FcgiClient, FcgiResponse, ROLE_RESPONDER};
 use common::introspection::IntrospectionServer;
 use common::juicefs::JuiceFs;
-use common::reprise::{
+use common::resumable::{
     hex, redact, repr_digest, resumable_entries, resumable_path, server_pids, sha256, sha256_file,
     totals,
 };

@@ -22,38 +22,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::apache::{Apache, Mode};
-use common::{State, bytes, curl, local_file};
+use common::client::{Client, get, url_of};
+use common::{State, bytes, curl};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 fn error_code(r: &common::Reply) -> String {
     r.json()["erreur"].as_str().unwrap_or_default().to_string()
-}
-
-/// `POST /upload.php` of `data` as `name`, with the form fields `fields`.
-fn upload_with(s: &State, name: &str, data: &[u8], fields: &[(&str, &str)]) -> common::Reply {
-    let (_d, p) = local_file(name, data);
-    let auth = format!("Authorization: Bearer {}", s.token);
-    let form = format!("fichier=@\"{}\"", p.display());
-    let mut args: Vec<String> = vec!["-H".into(), auth, "-F".into(), form];
-    for (k, v) in fields {
-        args.push("-F".into());
-        args.push(format!("{k}={v}"));
-    }
-    args.push(format!("{}/upload.php", s.url));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    curl(&args)
-}
-
-fn url_of(r: &common::Reply) -> String {
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["url_telechargement"].as_str().unwrap().to_string()
-}
-
-fn get(url: &str, extra: &[&str]) -> common::Reply {
-    let mut args = extra.to_vec();
-    args.push(url);
-    curl(&args)
 }
 
 fn tickets(files: &Path) -> Vec<String> {
@@ -106,7 +81,7 @@ fn gone(s: &State, name: &str) {
 fn a_shorter_life_and_a_count_asked_at_upload_are_said_and_obeyed() {
     let a = Apache::start();
     let s = &a.state;
-    let plain = upload_with(s, "plain.bin", b"x", &[]);
+    let plain = Client::of(s).upload("plain.bin", b"x", &[]);
     assert_eq!(plain.status, 200);
     let j = plain.json();
     assert_eq!(j["expire_au_plus_tard_dans_secondes"], json!(3600));
@@ -121,8 +96,7 @@ fn a_shorter_life_and_a_count_asked_at_upload_are_said_and_obeyed() {
     );
     assert!(!deletion.contains(&s.token));
 
-    let r = upload_with(
-        s,
+    let r = Client::of(s).upload(
         "court.bin",
         b"abc",
         &[("duree_max_secondes", "2"), ("telechargements_max", "3")],
@@ -159,13 +133,12 @@ fn a_shorter_life_and_a_count_asked_at_upload_are_said_and_obeyed() {
         ("telechargements_max", "101", "telechargements_invalides"),
         ("telechargements_max", "un", "telechargements_invalides"),
     ] {
-        let r = upload_with(s, "refuse.bin", b"abc", &[(field, value)]);
+        let r = Client::of(s).upload("refuse.bin", b"abc", &[(field, value)]);
         assert_eq!(r.status, 400, "{field}={value}: {}", r.text());
         assert_eq!(error_code(&r), code, "{field}={value}");
         gone(s, "refuse.bin");
     }
-    let twice = upload_with(
-        s,
+    let twice = Client::of(s).upload(
         "refuse.bin",
         b"abc",
         &[("telechargements_max", "1"), ("telechargements_max", "2")],
@@ -185,7 +158,7 @@ fn a_counted_file_is_downloaded_exactly_its_count_then_gone() {
         let a = Apache::with(mode, &[]);
         let s = &a.state;
         let data = bytes(300_000, 3);
-        let r = upload_with(s, "deux.bin", &data, &[("telechargements_max", "2")]);
+        let r = Client::of(s).upload("deux.bin", &data, &[("telechargements_max", "2")]);
         let url = url_of(&r);
         assert_eq!(
             left(&s.files(), 2),
@@ -250,12 +223,8 @@ fn clients_racing_for_a_one_download_file_get_exactly_one_file() {
     let s = &a.state;
     for round in 0..3 {
         let data = bytes(1 << 20, 10 + round);
-        let url = url_of(&upload_with(
-            s,
-            "une-fois.bin",
-            &data,
-            &[("telechargements_max", "1")],
-        ));
+        let url =
+            url_of(&Client::of(s).upload("une-fois.bin", &data, &[("telechargements_max", "1")]));
         let data = Arc::new(data);
         let threads: Vec<_> = (0..16)
             .map(|_| {
@@ -315,12 +284,7 @@ fn a_cut_download_and_a_preview_probe_spend_nothing() {
     let a = Apache::start();
     let s = &a.state;
     let data = bytes(48 << 20, 21);
-    let url = url_of(&upload_with(
-        s,
-        "gros.bin",
-        &data,
-        &[("telechargements_max", "1")],
-    ));
+    let url = url_of(&Client::of(s).upload("gros.bin", &data, &[("telechargements_max", "1")]));
     // Cut after the head, and after 1 MiB of the body: the download is not spent.
     for keep in [0, 1 << 20] {
         let head = cut_get(s.port, &url, keep);
@@ -364,7 +328,7 @@ fn a_cut_download_and_a_preview_probe_spend_nothing() {
     assert_eq!(get(&url, &[]).status, 404);
     gone(s, "gros.bin");
     // A file nobody counted is served to the same robots.
-    let url = url_of(&upload_with(s, "libre.bin", b"ouvert", &[]));
+    let url = url_of(&Client::of(s).upload("libre.bin", b"ouvert", &[]));
     assert_eq!(get(&url, &["-A", "Slackbot"]).status, 200);
     assert_eq!(get(&url, &["-H", "Range: bytes=0-1"]).status, 206);
 }
@@ -382,7 +346,7 @@ fn a_file_is_deleted_now_with_the_token_or_its_link_never_by_get() {
     let s = &a.state;
     let auth = format!("Authorization: Bearer {}", s.token);
     let by_token = format!("{}/upload.php?fichier=a%20effacer.bin", s.url);
-    let r = upload_with(s, "a effacer.bin", b"contenu", &[]);
+    let r = Client::of(s).upload("a effacer.bin", b"contenu", &[]);
     let url = url_of(&r);
     // Without the token, or with a wrong one: 401, nothing removed.
     assert_eq!(delete(&by_token, &[]).status, 401);
@@ -418,7 +382,7 @@ fn a_file_is_deleted_now_with_the_token_or_its_link_never_by_get() {
     );
 
     // The deletion link: GET and HEAD never delete; DELETE and POST do, this version only.
-    let r = upload_with(s, "lien.bin", b"v1", &[]);
+    let r = Client::of(s).upload("lien.bin", b"v1", &[]);
     let link = r.json()["url_suppression"].as_str().unwrap().to_string();
     let read = url_of(&r);
     for probe in [curl(&[&link]), curl(&["-I", &link])] {
@@ -439,7 +403,7 @@ fn a_file_is_deleted_now_with_the_token_or_its_link_never_by_get() {
     assert_eq!(delete(&other_name, &[]).status, 401);
     assert!(s.files().join("lien.bin").exists());
     // A new version of the name: the old link deletes nothing of it.
-    let r2 = upload_with(s, "lien.bin", b"v2", &[]);
+    let r2 = Client::of(s).upload("lien.bin", b"v2", &[]);
     let old = delete(&link, &[]);
     assert_eq!(old.status, 200, "{}", old.text());
     assert_eq!(old.json()["supprime"], json!(false));
@@ -468,7 +432,7 @@ fn a_deletion_racing_a_download_never_cuts_it() {
     let a = Apache::start();
     let s = &a.state;
     let data = bytes(64 << 20, 33);
-    let r = upload_with(s, "course.bin", &data, &[]);
+    let r = Client::of(s).upload("course.bin", &data, &[]);
     let url = url_of(&r);
     let link = r.json()["url_suppression"].as_str().unwrap().to_string();
     // A slow reader: the transfer is under way when the deletion comes.
@@ -518,8 +482,7 @@ fn killed_processes_never_serve_a_counted_file_beyond_its_count() {
     let s = &a.state;
     let data = Arc::new(bytes(12 << 20, 44));
     const COUNT: usize = 6;
-    let url = url_of(&upload_with(
-        s,
+    let url = url_of(&Client::of(s).upload(
         "compte.bin",
         &data,
         &[("telechargements_max", &COUNT.to_string())],
@@ -623,22 +586,13 @@ fn the_mcp_tool_spends_one_download_in_base64_and_none_for_a_link() {
     );
     let s = &a.state;
     let content = bytes(3000, 55);
-    upload_with(s, "deux.bin", &content, &[("telechargements_max", "2")]);
+    Client::of(s).upload("deux.bin", &content, &[("telechargements_max", "2")]);
     let call = |mode: &str| -> serde_json::Value {
-        let body = common::tools_call(1, json!({"nom_fichier": "deux.bin", "mode": mode}));
-        let r = curl(&[
-            "-X",
-            "POST",
-            "-H",
-            &format!("Authorization: Bearer {}", introspection::TOK_ACTIVE),
-            "-H",
-            "Content-Type: application/json",
-            "-H",
-            "Accept: application/json, text/event-stream",
-            "--data-binary",
-            &body.to_string(),
-            &format!("{}/mcp.php", s.url),
-        ]);
+        let r = Client::of(s).tools_call(
+            introspection::TOK_ACTIVE,
+            1,
+            json!({"nom_fichier": "deux.bin", "mode": mode}),
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()
     };

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::Output;
 
 use common::apache::{Apache, Mode};
+use common::client::{Client, output_text as text};
 use common::{State, as_run_user, curl, local_file, upload};
 
 /// `depot-fichiers --config … <args>` run as the servers' user.
@@ -19,14 +20,6 @@ fn run(state: &State, args: &[&str]) -> Output {
     let mut c = as_run_user(state, &state.bin().display().to_string());
     c.arg("--config").arg(state.config()).args(args);
     c.output().expect("depot-fichiers")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn mode(p: &Path) -> u32 {
@@ -51,13 +44,6 @@ fn foreign_folder(state: &State) -> std::path::PathBuf {
     give_to_store_owner(state, &foreign);
     fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
     foreign
-}
-
-fn download_url(state: &State, name: &str) -> String {
-    format!(
-        "{}/download.php?fichier={name}&token={}",
-        state.url, state.token
-    )
 }
 
 #[test]
@@ -167,7 +153,7 @@ fn a_meta_folder_swapped_for_a_symlink_after_start_redirects_nothing() {
     give_to_store_owner(s, &old);
     common::set_age(&old, 7200);
     for name in ["apres.txt", "avant.txt"] {
-        let r = curl(&[&download_url(s, name)]);
+        let r = curl(&[&Client::of(s).download_url(name)]);
         assert_eq!(r.status, 200, "{name}: {}", r.text());
     }
     assert_eq!(common::entries(&foreign), ["notes.json"]);
@@ -186,7 +172,7 @@ fn lock_markers_and_log_swapped_for_symlinks_leave_the_foreign_file_alone() {
     let s = &a.state;
     let (_d, p) = local_file("a.txt", b"abc");
     assert_eq!(upload(s, &p).status, 200, "{}", s.logs());
-    assert_eq!(curl(&[&download_url(s, "a.txt")]).status, 200);
+    assert_eq!(curl(&[&Client::of(s).download_url("a.txt")]).status, 200);
 
     let victim = s.root.join("victime.txt");
     fs::write(&victim, b"intact\n").unwrap();
@@ -202,7 +188,7 @@ fn lock_markers_and_log_swapped_for_symlinks_leave_the_foreign_file_alone() {
         std::os::unix::fs::symlink(&victim, &swapped).unwrap();
         let (_d, p) = local_file("b.txt", b"nouveau");
         let up = upload(s, &p);
-        let down = curl(&[&download_url(s, "a.txt")]);
+        let down = curl(&[&Client::of(s).download_url("a.txt")]);
         // Only the store lock is needed: without it an upload fails, cleanly; a live file is
         // still served (read without the lock, its sidecar naming its inode).
         let want = if swapped.ends_with("verrou") {
@@ -263,10 +249,13 @@ fn a_mismatched_pair_answers_404_and_goes_only_once_older_than_the_age_limit() {
     fs::write(&sidecar, serde_json::to_vec(&sc).unwrap()).unwrap();
     let file = s.files().join("paire.txt");
 
-    let r = curl(&[&download_url(s, "paire.txt")]);
+    let r = curl(&[&Client::of(s).download_url("paire.txt")]);
     assert_eq!(r.status, 404, "a mismatched pair was served: {}", r.text());
     // Another request's full sweep (balayage_intervalle_min_ms = 0) leaves it too.
-    assert_eq!(curl(&[&download_url(s, "autre.txt")]).status, 404);
+    assert_eq!(
+        curl(&[&Client::of(s).download_url("autre.txt")]).status,
+        404
+    );
     assert!(
         file.exists() && sidecar.exists(),
         "a young mismatched pair was deleted on sight"
@@ -275,7 +264,10 @@ fn a_mismatched_pair_answers_404_and_goes_only_once_older_than_the_age_limit() {
     // Both halves older than duree_max_depot_secondes (3 s): an old orphan now.
     common::set_age(&file, 10);
     common::set_age(&sidecar, 10);
-    assert_eq!(curl(&[&download_url(s, "autre.txt")]).status, 404);
+    assert_eq!(
+        curl(&[&Client::of(s).download_url("autre.txt")]).status,
+        404
+    );
     assert!(
         !file.exists() && !sidecar.exists(),
         "an old mismatched pair was left"
@@ -303,7 +295,7 @@ fn a_file_owned_by_another_user_is_still_served() {
         std::os::unix::fs::chown(p, Some(0), Some(0)).unwrap();
         fs::set_permissions(p, fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let r = curl(&[&download_url(s, "autre.txt")]);
+    let r = curl(&[&Client::of(s).download_url("autre.txt")]);
     assert_eq!(r.status, 200, "{}", s.logs());
     assert_eq!(r.body, b"appartient a root");
 }
@@ -352,7 +344,11 @@ fn named_pipes_in_place_of_the_stores_files_hold_up_nothing() {
             &form,
             &format!("{}/upload.php", s.url),
         ]);
-        let down = curl(&["--max-time", &max_time, &download_url(s, "a.txt")]);
+        let down = curl(&[
+            "--max-time",
+            &max_time,
+            &Client::of(s).download_url("a.txt"),
+        ]);
         assert!(
             started.elapsed() < bound,
             "{}: {:?}",
@@ -395,6 +391,6 @@ fn named_pipes_in_place_of_the_stores_files_hold_up_nothing() {
             pipe.display(),
             s.logs()
         );
-        assert_eq!(curl(&[&download_url(s, "a.txt")]).status, 200);
+        assert_eq!(curl(&[&Client::of(s).download_url("a.txt")]).status, 200);
     }
 }

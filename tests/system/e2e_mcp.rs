@@ -10,33 +10,17 @@ use depot_test_support as common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::apache::{Apache, Mode};
+use common::apache::Apache;
+use common::client::Client;
 use common::introspection::{self, IntrospectionServer};
 use common::{bytes, curl, local_file, upload};
 use serde_json::json;
 
 const RESOURCE: &str = "https://depot.example.org/mcp.php";
 
-fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}
-
 /// A private Apache whose binary introspects at `idp`.
 fn apache_with(idp: &IntrospectionServer) -> Apache {
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    Apache::with(
-        Mode::Fcgid,
-        &[
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-        ],
-    )
+    Apache::with_introspection(&idp.url(), RESOURCE, &[], "", None)
 }
 
 fn python() -> PathBuf {
@@ -60,26 +44,11 @@ fn tools_call_with_a_valid_token_gives_the_link_through_apache() {
     let (_d, path) = local_file("rapport final.pdf", &content);
     assert_eq!(upload(&a.state, &path).status, 200);
 
-    let body = common::tools_call(
+    let r = Client::of(&a.state).tools_call(
+        introspection::TOK_ACTIVE,
         2,
         json!({"nom_fichier": "rapport final.pdf", "mode": "lien"}),
-    )
-    .to_string();
-    let auth = format!("Authorization: Bearer {}", introspection::TOK_ACTIVE);
-    let mcp = format!("{}/mcp.php", a.state.url);
-    let r = curl(&[
-        "-X",
-        "POST",
-        "-H",
-        &auth,
-        "-H",
-        "Content-Type: application/json",
-        "-H",
-        "Accept: application/json, text/event-stream",
-        "--data-binary",
-        &body,
-        &mcp,
-    ]);
+    );
     assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v = r.json();
@@ -114,6 +83,12 @@ fn tools_call_with_a_valid_token_gives_the_link_through_apache() {
     );
 
     // The same request with an inactive token: 401 with the invalid_token challenge.
+    let body = common::tools_call(
+        2,
+        json!({"nom_fichier": "rapport final.pdf", "mode": "lien"}),
+    )
+    .to_string();
+    let mcp = format!("{}/mcp.php", a.state.url);
     let bad = format!("Authorization: Bearer {}", introspection::TOK_INACTIVE);
     let r = curl(&[
         "-X",
@@ -459,20 +434,12 @@ fn legacy_batch_of_base64_calls_through_apache_gets_one_answer_per_call() {
 #[test]
 fn own_secrets_as_bearer_are_refused_without_introspection() {
     let idp = IntrospectionServer::start(RESOURCE);
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    let a = Apache::with(
-        Mode::Fcgid,
-        &[
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-            ("liens_par_fichier", "true"),
-        ],
+    let a = Apache::with_introspection(
+        &idp.url(),
+        RESOURCE,
+        &[("liens_par_fichier", "true")],
+        "",
+        None,
     );
     let (_d, path) = local_file("secret.txt", b"contenu");
     let up = upload(&a.state, &path);
@@ -778,19 +745,5 @@ fn a_slow_flood_of_base64_calls_holds_few_descriptors_under_mod_fcgid() {
 /// A private Apache with mod_fcgid whose binary introspects at `idp`, everything limited to
 /// 1 024 descriptors.
 fn apache_with_nofile(idp: &IntrospectionServer) -> Apache {
-    let url = toml_string(&idp.url());
-    let id = toml_string(introspection::CLIENT_ID);
-    let secret = toml_string(introspection::CLIENT_SECRET);
-    let resource = toml_string(RESOURCE);
-    Apache::with_nofile(
-        Mode::Fcgid,
-        &[
-            ("oauth_url", "\"http://127.0.0.1:9/as\""),
-            ("oauth_introspection_url", &url),
-            ("oauth_client_id", &id),
-            ("oauth_client_secret", &secret),
-            ("mcp_resource_url", &resource),
-        ],
-        1024,
-    )
+    Apache::with_introspection(&idp.url(), RESOURCE, &[], "", Some(1024))
 }

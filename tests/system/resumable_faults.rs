@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::apache::{Apache, Mode};
-use common::reprise::{
+use common::resumable::{
     big_file, consignes_function, create, download_digest, head, hex, location, offset, patch,
     redact, resumable_entries, resumable_path, run_function, server_pids, sha256, sha256_file,
     shown, totals,
@@ -84,7 +84,7 @@ fn a_second_writer_is_refused_and_a_part_killed_midway_is_taken_back() {
     // A part of 2 MiB, stopped after its first bytes are written.
     let first = {
         let (state_url, part) = (url.clone(), data[..2 * MIB as usize].to_vec());
-        let auth = common::reprise::auth(s);
+        let auth = common::resumable::auth(s);
         std::thread::spawn(move || {
             let d = tempfile::tempdir().unwrap();
             fs::write(d.path().join("p"), &part).unwrap();
@@ -144,7 +144,7 @@ fn a_second_writer_is_refused_and_a_part_killed_midway_is_taken_back() {
     // Resumed from the offset the server states; its writer truncates what the dead one left.
     let resume = {
         let (s_url, all) = (url.clone(), data.clone());
-        let auth = common::reprise::auth(s);
+        let auth = common::resumable::auth(s);
         std::thread::spawn(move || {
             let d = tempfile::tempdir().unwrap();
             fs::write(d.path().join("p"), &all).unwrap();
@@ -179,7 +179,7 @@ fn patch_in_background(
     complete: bool,
     data: Vec<u8>,
 ) -> std::thread::JoinHandle<(String, String)> {
-    let (url, auth) = (url.to_string(), common::reprise::auth(s));
+    let (url, auth) = (url.to_string(), common::resumable::auth(s));
     std::thread::spawn(move || {
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join("p"), &data).unwrap();
@@ -215,7 +215,7 @@ fn the_offset_answered_while_a_part_is_written_is_the_next_parts() {
     let first = patch_in_background(s, &url, 0, false, data[..part].to_vec());
     let writer = stopped(&a);
     let asked = {
-        let (s_url, auth) = (url.clone(), common::reprise::auth(s));
+        let (s_url, auth) = (url.clone(), common::resumable::auth(s));
         std::thread::spawn(move || {
             let out = std::process::Command::new("curl")
                 .args(["-sS", "-I", "-H", &auth, &s_url])
@@ -253,7 +253,7 @@ fn a_publication_killed_between_its_renames_and_its_state_is_complete() {
     let url = location(&create(s, "coupe.bin", data.len() as u64, None));
     let last = {
         let (u, all) = (url.clone(), data.clone());
-        let auth = common::reprise::auth(s);
+        let auth = common::resumable::auth(s);
         std::thread::spawn(move || {
             let d = tempfile::tempdir().unwrap();
             fs::write(d.path().join("p"), &all).unwrap();
@@ -284,7 +284,7 @@ fn a_publication_killed_between_its_renames_and_its_state_is_complete() {
     let h = head(s, &url);
     assert_eq!(h.status, 204, "{:?}", h.headers);
     assert_eq!(h.header("upload-complete"), Some("?1"));
-    let again = curl(&["-H", &common::reprise::auth(s), &url]);
+    let again = curl(&["-H", &common::resumable::auth(s), &url]);
     assert_eq!(again.status, 200, "{}", shown(&again));
     assert_eq!(again.json()["sha256"], hex(&sha256(&data)));
     assert_eq!(again.json()["taille_octets"], serde_json::json!(data.len()));
@@ -359,7 +359,7 @@ fn the_kill_storm_with_resumable_uploads_in_the_mix_loses_nothing() {
         .collect();
     // One-shot uploads, each sent again until it is acknowledged.
     let state_url = s.url.clone();
-    let auth = common::reprise::auth(s);
+    let auth = common::resumable::auth(s);
     let one_shot: Vec<_> = (0..3u64)
         .map(|c| {
             let (stop, base, auth) = (stop.clone(), state_url.clone(), auth.clone());

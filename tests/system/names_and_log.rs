@@ -10,6 +10,7 @@ use std::fs;
 use std::process::Command;
 
 use common::apache::{Apache, Mode};
+use common::client::Client;
 use common::config::TestConfig;
 use common::introspection::{self, IntrospectionServer};
 use common::{curl, multipart_file};
@@ -155,31 +156,17 @@ fn apache_with_oauth(idp: &IntrospectionServer) -> Apache {
 
 /// A legacy-era `tools/call` of `recuperer_fichier` for `name`, with a valid bearer.
 fn mcp_call(a: &Apache, name: &str) -> serde_json::Value {
-    let body = common::tools_call(7, json!({"nom_fichier": name, "mode": "lien"})).to_string();
-    let r = curl(&[
-        "-X",
-        "POST",
-        "-H",
-        &format!("Authorization: Bearer {}", introspection::TOK_ACTIVE),
-        "-H",
-        "Content-Type: application/json",
-        "-H",
-        "Accept: application/json, text/event-stream",
-        "--data-binary",
-        &body,
-        &format!("{}/mcp.php", a.url()),
-    ]);
+    let r = Client::new(a.url(), a.token()).tools_call(
+        introspection::TOK_ACTIVE,
+        7,
+        json!({"nom_fichier": name, "mode": "lien"}),
+    );
     assert_eq!(r.status, 200, "{}\n{}", r.text(), a.state.logs());
     r.json()
 }
 
 fn download(a: &Apache, name: &str) -> common::Reply {
-    curl(&[&format!(
-        "{}/download.php?fichier={}&token={}",
-        a.url(),
-        percent(name),
-        a.token()
-    )])
+    Client::new(a.url(), a.token()).download(&percent(name), &[])
 }
 
 const COMPOSED: &str = "caf\u{e9}.txt";

@@ -6,15 +6,11 @@
 //!   an entry about to move, a batch of the walk before its position is saved): nothing lost,
 //!   everything due removed, no entry left once everything has expired;
 //! - a client that disconnects mid-upload and mid-download;
-//! - a full disk (2 MiB tmpfs) → 507 `stockage_plein`, nothing half-written;
-//! - a read-only store → 500 `erreur_interne` and a log line;
-//! - an unwritable log folder → requests still served, the problem on stderr;
 //! - the authorization server down, slow, or answering garbage → 503 + `Retry-After`, no
 //!   `WWW-Authenticate`, within `oauth_delai_max_secondes`.
 //!
-//! The tmpfs cases need root (CI runs `tests/run` as root): they are built with the feature
-//! `system-tests` only, and without root they fail, saying so.
-//! Without the feature (`cargo test` alone), the crash test builds a binary with it.
+//! A full disk, a read-only store and an unwritable log folder (tmpfs, root):
+//! `tests/system/faults.rs`.
 
 use depot_test_support as common;
 
@@ -24,9 +20,8 @@ use std::time::{Duration, Instant};
 
 use common::fcgi::{FcgiClient, FcgiResponse, ROLE_RESPONDER};
 use common::introspection::{self as intro, IntrospectionServer};
-#[cfg(feature = "system-tests")]
-use common::is_root;
-use common::{Guard, State, bytes, free_port};
+use common::listen::{Proc, parts, read};
+use common::{State, bytes, free_port};
 
 const RESOURCE: &str = "https://depot.test/mcp.php";
 
@@ -53,121 +48,6 @@ fn faulty_binary() -> PathBuf {
         "cargo build --features fault-injection failed"
     );
     target.join("release/depot-fichiers")
-}
-
-struct Proc {
-    guard: Guard,
-    sock: PathBuf,
-    out: PathBuf,
-}
-
-impl Proc {
-    fn start(state: &State, bin: &Path, tag: &str, pause: Option<&str>) -> Proc {
-        Proc::start_env(state, bin, tag, pause, &[])
-    }
-
-    fn start_env(
-        state: &State,
-        bin: &Path,
-        tag: &str,
-        pause: Option<&str>,
-        env: &[(&str, &str)],
-    ) -> Proc {
-        let sock = state.root.join(format!("run/ecoute/{tag}.sock"));
-        let out = state.server_log_dir().join(format!("{tag}.out"));
-        let mut c = Command::new(bin);
-        c.arg("--config")
-            .arg(state.config())
-            .arg("--listen")
-            .arg(format!("unix:{}", sock.display()));
-        match pause {
-            Some(p) => c.env("DEPOT_FICHIERS_TEST_PAUSE", p),
-            None => c.env_remove("DEPOT_FICHIERS_TEST_PAUSE"),
-        };
-        c.envs(env.iter().copied());
-        let mut guard = Guard::spawn("depot-fichiers --listen", c, &out);
-        let t = Instant::now();
-        while FcgiClient::unix(&sock).is_err() {
-            assert!(guard.is_running(), "{tag} exited: {}", read(&out));
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "{tag} never listened"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Proc { guard, sock, out }
-    }
-
-    fn pid(&self) -> i32 {
-        self.guard.child.id() as i32
-    }
-
-    /// Sends `SIG<name>` to the process (`STOP`, `CONT`).
-    fn signal(&self, name: &str) {
-        let st = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.pid().to_string())
-            .status()
-            .unwrap();
-        assert!(st.success(), "kill -{name}");
-    }
-
-    fn request(
-        &self,
-        method: &str,
-        script: &str,
-        query: &str,
-        extra: &[(&str, &str)],
-        body: &[u8],
-    ) -> std::io::Result<FcgiResponse> {
-        let uri = format!("{script}?{query}");
-        let len = body.len().to_string();
-        let mut p = vec![
-            ("REQUEST_METHOD", method),
-            ("SCRIPT_NAME", script),
-            ("REQUEST_URI", uri.as_str()),
-            ("QUERY_STRING", query),
-            ("CONTENT_LENGTH", len.as_str()),
-            ("SERVER_NAME", "127.0.0.1"),
-            ("SERVER_PORT", "80"),
-        ];
-        p.extend_from_slice(extra);
-        FcgiClient::unix(&self.sock)?.request(&p, body)
-    }
-
-    fn upload(&self, token: &str, name: &str, data: &[u8]) -> std::io::Result<FcgiResponse> {
-        let (ct, body) = common::multipart_file(name, data);
-        let auth = format!("Bearer {token}");
-        self.request(
-            "POST",
-            "/upload.php",
-            "",
-            &[("CONTENT_TYPE", &ct), ("HTTP_AUTHORIZATION", &auth)],
-            &body,
-        )
-    }
-
-    fn get(&self, token: &str, name: &str) -> FcgiResponse {
-        self.request(
-            "GET",
-            "/download.php",
-            &format!("fichier={name}&token={token}"),
-            &[],
-            b"",
-        )
-        .unwrap()
-    }
-}
-
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_default()
-}
-
-fn parts(state: &State) -> Vec<String> {
-    common::entries(&state.files().join(".tmp"))
-        .into_iter()
-        .filter(|n| n.ends_with(".part"))
-        .collect()
 }
 
 /// Waits until `pid` has reached its pause point.
@@ -556,129 +436,6 @@ fn client_disconnects_mid_upload_and_mid_download() {
         p.guard.child.try_wait().unwrap().is_none(),
         "{}",
         read(&p.out)
-    );
-}
-
-/// A tmpfs mounted on `dir`, unmounted on drop.
-#[cfg(feature = "system-tests")]
-struct Mount(PathBuf);
-
-#[cfg(feature = "system-tests")]
-impl Mount {
-    fn tmpfs(dir: &Path, size: &str) -> Mount {
-        assert!(
-            is_root(),
-            "ce test monte un tmpfs : le lancer en root (sudo ./tests/run), comme la CI"
-        );
-        let st = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .status()
-            .unwrap();
-        assert!(st.success(), "mount tmpfs on {} failed", dir.display());
-        Mount(dir.to_path_buf())
-    }
-    fn read_only(&self) {
-        let st = Command::new("mount")
-            .args(["-o", "remount,ro"])
-            .arg(&self.0)
-            .status()
-            .unwrap();
-        assert!(st.success(), "remount ro failed");
-    }
-}
-
-#[cfg(feature = "system-tests")]
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-#[cfg(feature = "system-tests")]
-#[test]
-fn full_disk_answers_507_and_leaves_nothing() {
-    let state = State::new(free_port(), &[("balayage_intervalle_min_ms", "0")]);
-    let _m = Mount::tmpfs(&state.files(), "2m");
-    let token = state.token.clone();
-    let p = Proc::start(&state, &state.bin(), "p", None);
-    let r = p.upload(&token, "trop.bin", &bytes(3 << 20, 1)).unwrap();
-    assert_eq!(r.status, 507, "{}", r.text());
-    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-    assert_eq!(v["erreur"], "stockage_plein");
-    assert_eq!(common::entries(&state.files()), [".meta", ".tmp"]);
-    assert_eq!(common::entries(&state.meta()), Vec::<String>::new());
-    assert_eq!(parts(&state), Vec::<String>::new());
-    // The space is back: a small upload goes through.
-    let r = p.upload(&token, "petit.bin", &bytes(1000, 2)).unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
-}
-
-#[cfg(feature = "system-tests")]
-#[test]
-fn read_only_store_answers_500_and_logs() {
-    // With a sweep interval (the default) a process keeps the sweep marker open between
-    // requests: that descriptor must not stop the administrator's read-only remount (EBUSY).
-    for interval in ["0", "60000"] {
-        read_only_store_answers_500_and_logs_with(interval);
-    }
-}
-
-#[cfg(feature = "system-tests")]
-fn read_only_store_answers_500_and_logs_with(interval: &str) {
-    let state = State::new(free_port(), &[("balayage_intervalle_min_ms", interval)]);
-    let m = Mount::tmpfs(&state.files(), "4m");
-    let token = state.token.clone();
-    let mut p = Proc::start(&state, &state.bin(), "p", None);
-    assert_eq!(p.upload(&token, "avant.bin", b"x").unwrap().status, 200);
-    assert_eq!(p.get(&token, "avant.bin").status, 200);
-    m.read_only();
-    // A live file is still served (read without the store lock); its download clock cannot be
-    // set. A name with no file needs no lock either (404); an upload, which does, answers 500.
-    let r = p.get(&token, "avant.bin");
-    assert_eq!(
-        (r.status, r.body.as_slice()),
-        (200, &b"x"[..]),
-        "{}",
-        r.text()
-    );
-    assert_eq!(p.get(&token, "absent.bin").status, 404);
-    let r = p.upload(&token, "ro.bin", &bytes(1000, 3)).unwrap();
-    assert_eq!(r.status, 500, "{}", r.text());
-    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-    assert_eq!(v["erreur"], "erreur_interne");
-    let log = read(&state.log_file());
-    assert!(
-        log.lines()
-            .any(|l| l.contains("erreur interne") && l.contains("Read-only")),
-        "no log line for the read-only store:\n{log}"
-    );
-    assert!(p.guard.child.try_wait().unwrap().is_none());
-}
-
-#[cfg(feature = "system-tests")]
-#[test]
-fn unwritable_log_folder_still_serves_and_says_so_on_stderr() {
-    let state = State::new(free_port(), &[]);
-    let m = Mount::tmpfs(&state.log_dir(), "1m");
-    m.read_only();
-    let token = state.token.clone();
-    let p = Proc::start(&state, &state.bin(), "p", None);
-    let r = p.upload(&token, "a.txt", b"hello").unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
-    let r = p.get(&token, "a.txt");
-    assert_eq!(r.status, 200);
-    assert_eq!(r.body, b"hello");
-    let err = read(&p.out);
-    assert!(
-        err.contains("journal") && err.contains("depot-fichiers.log"),
-        "nothing on stderr about the log: {err:?}"
     );
 }
 

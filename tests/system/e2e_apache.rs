@@ -11,18 +11,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::apache::{Apache, Mode, apache2};
+use common::client::Client;
 use common::nginx::Nginx;
 use common::{State, bytes, curl, local_file, upload};
 use serde_json::json;
 
 const MIB: u64 = 1024 * 1024;
-
-fn download_url(state: &State, name_in_url: &str) -> String {
-    format!(
-        "{}/download.php?fichier={name_in_url}&token={}",
-        state.url, state.token
-    )
-}
 
 fn percent_decode(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
@@ -105,7 +99,7 @@ fn upload_then_download_gives_identical_bytes() {
     assert!(a.state.files().join("devis_dupont.docx").is_file());
     assert!(a.state.sidecar("devis_dupont.docx").is_file());
 
-    let d = curl(&[&download_url(&a.state, "devis_dupont.docx")]);
+    let d = curl(&[&Client::of(&a.state).download_url("devis_dupont.docx")]);
     assert_eq!(d.status, 200);
     assert_eq!(
         d.header_count("x-content-type-options"),
@@ -188,7 +182,7 @@ fn inactive_file_and_sidecar_disappear_at_the_next_request() {
 
     std::thread::sleep(Duration::from_millis(4000));
     // Any request sweeps: here a download of another name.
-    let r = curl(&[&download_url(&a.state, "autre.txt")]);
+    let r = curl(&[&Client::of(&a.state).download_url("autre.txt")]);
     assert_eq!(r.status, 404, "{}", r.text());
     assert!(
         !a.state.files().join("ephemere.txt").exists(),
@@ -198,7 +192,7 @@ fn inactive_file_and_sidecar_disappear_at_the_next_request() {
         !a.state.sidecar("ephemere.txt").exists(),
         "sidecar still there"
     );
-    let r = curl(&[&download_url(&a.state, "ephemere.txt")]);
+    let r = curl(&[&Client::of(&a.state).download_url("ephemere.txt")]);
     assert_eq!(r.status, 404);
 }
 
@@ -348,7 +342,7 @@ fn head_range_and_if_range_through_apache() {
     let content = bytes(1000, 7);
     let (_d, p) = local_file("plage.bin", &content);
     assert_eq!(upload(&a.state, &p).status, 200);
-    let url = download_url(&a.state, "plage.bin");
+    let url = Client::of(&a.state).download_url("plage.bin");
 
     // (curl -I reads no body; it copies the headers to its output, so `r.body` is not checked.)
     let r = curl(&["-I", &url]);
@@ -411,8 +405,14 @@ fn the_token_is_not_written_to_the_access_log() {
     let mut a = Apache::start();
     let (_d, p) = local_file("journal.txt", b"abc");
     assert_eq!(upload(&a.state, &p).status, 200);
-    assert_eq!(curl(&[&download_url(&a.state, "journal.txt")]).status, 200);
-    assert_eq!(curl(&[&download_url(&a.state, "absent.txt")]).status, 404);
+    assert_eq!(
+        curl(&[&Client::of(&a.state).download_url("journal.txt")]).status,
+        200
+    );
+    assert_eq!(
+        curl(&[&Client::of(&a.state).download_url("absent.txt")]).status,
+        404
+    );
     a.stop();
     let access = fs::read_to_string(a.access_log()).unwrap();
     assert!(access.contains("/download.php"), "{access}");
@@ -976,7 +976,7 @@ fn x_sendfile_through_mod_xsendfile_serves_exactly_the_named_file() {
         let q: String =
             percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC)
                 .to_string();
-        download_url(&a.state, &q)
+        Client::of(&a.state).download_url(&q)
     };
     for name in by_apache.iter().chain(&with_percent) {
         let d = curl(&[&link(name)]);

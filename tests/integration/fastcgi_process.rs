@@ -23,7 +23,7 @@ fn echo_bin() -> PathBuf {
         let exe = std::env::current_exe().unwrap();
         let dir = exe.parent().unwrap().parent().unwrap();
         let bin = dir.join("examples").join("echo_fcgi");
-        // `cargo test --test fastcgi_process` alone does not build the examples; build it every
+        // `cargo test --test integration -- fastcgi_process::` alone does not build the examples; build it every
         // time (a no-op when up to date, never a stale copy), in this test's own profile and features.
         let mut build = Command::new(env!("CARGO"));
         build.args(["build", "--example", "echo_fcgi"]);

@@ -250,7 +250,7 @@ fn an_introspection_in_clear_over_a_network_is_refused() {
 /// user database gives (root's here), never in `$HOME`: a valid file under a fake `$HOME` is not
 /// used. When `/etc/depot-fichiers/config.toml` is missing too (the package is not installed on
 /// this machine), the error names both places looked at. The file found in the real home of an
-/// account is tested by tests/hebergement_mutualise.rs.
+/// account is tested by tests/system/shared_hosting.rs.
 #[test]
 fn the_home_folder_comes_from_the_user_database_not_from_home() {
     let dir = tempfile::tempdir().unwrap();

@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::client::Client;
 use common::config::TestConfig;
-use common::{Guard, Reply, curl, free_port, wait_port};
+use common::{Guard, curl, free_port, wait_port};
 
 /// What suEXEC was compiled with on Debian (`/usr/lib/apache2/suexec -V`).
 const SUEXEC_DOC_ROOT: &str = "/var/www";
@@ -320,12 +321,6 @@ fn write_config(account: &Account, url: &str, token: &str) {
     account.write(&account.config(), &text, 0o600);
 }
 
-fn upload(url: &str, token: &str, path: &Path) -> Reply {
-    let auth = format!("Authorization: Bearer {token}");
-    let form = format!("fichier=@\"{}\"", path.display());
-    curl(&["-H", &auth, "-F", &form, &format!("{url}/upload.php")])
-}
-
 /// What both recipes must do: a refused configuration explained in the site's log, then
 /// uploads of 1 KiB and (when `big_ok`) 5 MiB downloaded back, both well-known URLs, MCP 401, a
 /// `.htaccess` upload refused.
@@ -344,7 +339,7 @@ fn serve_the_recipe(account: &Account, host: &Host, token: &str, fcgid: bool, bi
     );
     assert_ne!(bad, good);
     account.write(&account.config(), &bad, 0o600);
-    let r = upload(url, token, &small);
+    let r = Client::new(url, token).upload_file(&small, &[]);
     assert_eq!(r.status, 500, "{}\n{}", r.text(), host.logs());
     assert_eq!(r.json()["erreur"], "erreur_interne");
     assert!(
@@ -391,7 +386,7 @@ fn serve_the_recipe(account: &Account, host: &Host, token: &str, fcgid: bool, bi
         "{err}"
     );
     account.write(&account.config(), &good, 0o600);
-    let r = upload(url, token, &small);
+    let r = Client::new(url, token).upload_file(&small, &[]);
     assert_eq!(
         r.status,
         200,
@@ -404,7 +399,7 @@ fn serve_the_recipe(account: &Account, host: &Host, token: &str, fcgid: bool, bi
     let big = dir.path().join("gros.bin");
     fs::write(&big, common::bytes(5 * MIB, 12)).unwrap();
     for (path, ok) in [(&small, true), (&big, big_ok)] {
-        let r = upload(url, token, path);
+        let r = Client::new(url, token).upload_file(path, &[]);
         if !ok {
             assert_eq!(r.status, 413, "{}\n{}", r.text(), host.logs());
             let j = r.json();
@@ -459,7 +454,7 @@ fn serve_the_recipe(account: &Account, host: &Host, token: &str, fcgid: bool, bi
     // Apache's per-directory file can never be uploaded.
     let ht = dir.path().join(".htaccess");
     fs::write(&ht, "SetHandler cgi-script\n").unwrap();
-    let r = upload(url, token, &ht);
+    let r = Client::new(url, token).upload_file(&ht, &[]);
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["erreur"], "nom_invalide");
     assert!(!account.files().join(".htaccess").exists());

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use common::apache::{Apache, Mode};
-use common::reprise::{
+use common::resumable::{
     FlakyProxy, auth, big_file, download_digest, head, hex, offset, patch, redact, sha256_file,
 };
 use serde_json::{Value, json};

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::apache::{Apache, Mode};
-use common::reprise::{
+use common::resumable::{
     FlakyProxy, auth, big_file, consignes_function, create, download_digest, head, hex, location,
     offset, patch, patch_with, redact, repr_digest, resumable_entries, resumable_path,
     run_function, server_pids, sha256, sha256_file, shown, totals, vm_hwm_kib,

@@ -4,24 +4,26 @@
 //! - What it says: the kept files and bytes against the capacity, the gap a count finds, the
 //!   lag of the expiry index, the last errors of the log, a store lock held too long; its exit
 //!   code (0, 1, 2, 3);
-//! - as root, it reads as the account that owns the store, as `check-config` checks (feature
-//!   `system-tests`: root);
+//! - as root, it reads as the account that owns the store, as `check-config` checks
+//!   (`tests/system/status.rs`);
 //! - it never writes: every path, size, mode, owner, link count, mtime and ctime of the store
 //!   and of the log folder are the same after it, with `--compter` too, also on a store whose
 //!   `.tmp/` does not exist yet and when nothing exists at all.
 
 use depot_test_support as common;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write as _;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::client::{
+    self, assert_etat_writes_nothing, etat_json, fcgi_upload, output_text as text,
+};
 use common::config::{TOKEN, TestConfig};
-use common::fcgi::{FcgiClient, FcgiResponse};
+use common::fcgi::FcgiClient;
 use depot_fichiers::log::{error_line, local_date, ok_line};
 use serde_json::Value;
 
@@ -32,68 +34,13 @@ fn now() -> i64 {
         .as_secs() as i64
 }
 
-fn upload_as(socket: &Path, token: &str, name: &str, data: &[u8]) -> FcgiResponse {
-    let auth = format!("Bearer {token}");
-    let (ct, body) = common::multipart_file(name, data);
-    let len = body.len().to_string();
-    FcgiClient::unix(socket)
-        .expect("connect")
-        .with_record_size(65535)
-        .request(
-            &[
-                ("REQUEST_METHOD", "POST"),
-                ("SCRIPT_NAME", "/upload.php"),
-                ("REQUEST_URI", "/upload.php"),
-                ("CONTENT_TYPE", &ct),
-                ("CONTENT_LENGTH", &len),
-                ("HTTP_AUTHORIZATION", &auth),
-            ],
-            &body,
-        )
-        .unwrap_or_else(|e| panic!("upload of {name}: {e}"))
-}
-
 fn upload(socket: &Path, name: &str, data: &[u8]) {
-    let r = upload_as(socket, TOKEN, name, data);
+    let r = fcgi_upload(socket, TOKEN, name, data);
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-/// `depot-fichiers --config <config> etat <args>`, run by `bin`.
-fn etat_with(bin: &Path, config: &Path, args: &[&str]) -> Output {
-    Command::new(bin)
-        .arg("--config")
-        .arg(config)
-        .arg("etat")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn etat(config: &Path, args: &[&str]) -> Output {
-    etat_with(&common::binary(), config, args)
-}
-
-/// `etat --json <args>`: its exit code and its JSON.
-fn etat_json(config: &Path, args: &[&str]) -> (i32, Value) {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let o = etat(config, &all);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
-    (o.status.code().unwrap(), v)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    client::etat(&common::binary(), config, args)
 }
 
 /// A store under `root` (`files/`, `log/`) served by the real binary on a Unix socket.
@@ -130,74 +77,6 @@ fn buckets(files: &Path) -> Vec<i64> {
 /// A log line as the program writes it, dated `second`.
 fn log_line(second: i64, shaped: &str) -> String {
     format!("[{}] [hote] {shaped}\n", local_date(second))
-}
-
-/// Every path under `dir` with its type, size, mode, owner, link count, mtime and ctime.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
-    fn walk(p: &Path, out: &mut BTreeMap<PathBuf, String>) {
-        let Ok(m) = fs::symlink_metadata(p) else {
-            return;
-        };
-        out.insert(
-            p.to_path_buf(),
-            format!(
-                "{:?} {} {:o} {}:{} {} {}.{:09} {}.{:09}",
-                m.file_type(),
-                m.len(),
-                m.mode(),
-                m.uid(),
-                m.gid(),
-                m.nlink(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec()
-            ),
-        );
-        if m.is_dir() {
-            for e in fs::read_dir(p).unwrap() {
-                walk(&e.unwrap().path(), out);
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, &mut out);
-    out
-}
-
-/// Runs `etat` every way (text, JSON, `--compter`) and checks that nothing under `dir` changed.
-fn assert_etat_writes_nothing(run: impl Fn(&[&str]) -> Output, dir: &Path) {
-    let before = snapshot(dir);
-    for args in [
-        &[][..],
-        &["--json"],
-        &["--compter"],
-        &["--json", "--compter"],
-    ] {
-        let o = run(args);
-        assert!(
-            o.status.code().is_some_and(|c| c < 3),
-            "{args:?}: {}",
-            text(&o)
-        );
-        let after = snapshot(dir);
-        let changed: Vec<String> = before
-            .iter()
-            .filter(|(p, d)| after.get(*p) != Some(*d))
-            .map(|(p, d)| format!("{}: {d} → {:?}", p.display(), after.get(p)))
-            .chain(
-                after
-                    .keys()
-                    .filter(|p| !before.contains_key(*p))
-                    .map(|p| format!("{}: created", p.display())),
-            )
-            .collect();
-        assert!(
-            changed.is_empty(),
-            "etat {args:?} changed:\n{}",
-            changed.join("\n")
-        );
-    }
 }
 
 #[test]
@@ -591,84 +470,6 @@ fn etat_never_writes() {
     fs::remove_dir_all(&files).unwrap();
     assert_etat_writes_nothing(|args| etat(&config, args), root);
     assert!(!files.exists());
-}
-
-#[cfg(feature = "system-tests")]
-#[test]
-fn as_root_etat_reads_as_the_stores_owner() {
-    assert!(
-        common::is_root(),
-        "ce test change le propriétaire de fichiers et lance etat en root : le lancer en root \
-         (sudo ./tests/run), comme la CI"
-    );
-    use std::os::unix::process::CommandExt;
-    let state = common::State::new(common::free_port(), &[]);
-    state.hand_over();
-    let owner = nix::unistd::User::from_name(&state.user).unwrap().unwrap();
-    // The store filled by the program running as its owner.
-    let socket = state.root.join("run/ecoute/etat.sock");
-    let mut cmd = Command::new(state.bin());
-    cmd.arg("--config")
-        .arg(state.config())
-        .arg("--listen")
-        .arg(format!("unix:{}", socket.display()))
-        .uid(owner.uid.as_raw())
-        .gid(owner.gid.as_raw());
-    let mut server = common::Guard::spawn(
-        "depot-fichiers",
-        cmd,
-        &state.server_log_dir().join("etat.log"),
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while FcgiClient::unix(&socket).is_err() {
-        assert!(std::time::Instant::now() < deadline, "{}", state.logs());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let r = upload_as(&socket, &state.token, "a.txt", b"0123456789");
-    assert_eq!(r.status, 200, "{}", r.text());
-    server.stop();
-
-    let run = |args: &[&str]| etat_with(&state.bin(), &state.config(), args);
-    let o = run(&["--json"]);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
-    assert_eq!(o.status.code(), Some(0), "{v:#}");
-    assert_eq!(v["compte"], state.user.as_str());
-    assert_eq!(v["alertes"], serde_json::json!([]));
-    assert_eq!(
-        (v["fichiers"].as_u64(), v["octets"].as_u64()),
-        (Some(1), Some(10))
-    );
-    let out = text(&run(&[]));
-    let said = format!(
-        "# lancé en root : lecture sous le compte {u} ({}), propriétaire des dossiers du dépôt, \
-         comme le ferait : runuser -u {u} -- {} --config {} etat",
-        owner.uid,
-        state.bin().display(),
-        state.config().display(),
-        u = state.user
-    );
-    assert!(out.contains(&said), "{said}\n{out}");
-    assert!(out.starts_with("bilan : OK (code de sortie 0)\n"), "{out}");
-    assert!(
-        out.contains(&format!(", lu sous le compte {}\n", state.user)),
-        "{out}"
-    );
-    // Nothing written, nothing left to root.
-    assert_etat_writes_nothing(run, &state.root);
-    for dir in [state.files(), state.log_dir()] {
-        for (path, _) in snapshot(&dir) {
-            let uid = fs::symlink_metadata(&path).unwrap().uid();
-            assert_eq!(uid, owner.uid.as_raw(), "{}", path.display());
-        }
-    }
-
-    // A configuration the owner cannot read: the state is unknown (3), the fix named.
-    fs::set_permissions(state.config(), fs::Permissions::from_mode(0o600)).unwrap();
-    std::os::unix::fs::chown(state.config(), Some(0), Some(0)).unwrap();
-    let o = run(&["--json"]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    let want = format!("le compte {} ne peut pas lire sa configuration", state.user);
-    assert!(text(&o).contains(&want), "{}", text(&o));
 }
 
 #[test]

@@ -124,6 +124,8 @@ pub(crate) struct Ticket {
     count: u64,
     /// The ticket, open and locked.
     file: File,
+    /// Let go by `unlock` rather than by the close (FUSE, network filesystems).
+    explicit_unlock: bool,
 }
 
 impl Ticket {
@@ -153,12 +155,15 @@ impl Ticket {
     }
 }
 
-/// A ticket let go (spent, or its transfer cut) is unlocked explicitly: on FUSE (JuiceFS) a
-/// close does not wait for the lock's release, and the next download, on any node, would find
-/// the ticket still taken for 10 to 16 ms.
+/// A ticket let go (spent, or its transfer cut) is unlocked explicitly on FUSE and network
+/// filesystems: there (JuiceFS) a close does not wait for the lock's release, and the next
+/// download, on any node, would find the ticket still taken for 10 to 16 ms. On a local
+/// filesystem the close that follows lets it go at once.
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let _ = self.file.unlock();
+        if self.explicit_unlock {
+            let _ = self.file.unlock();
+        }
     }
 }
 
@@ -306,28 +311,21 @@ impl Store {
             let Some(k) = ticket_of(&raw, count) else {
                 continue;
             };
-            // Never read: opened without waiting (a pipe put there opens at once), and
-            // left so; one `fstat` says what it is and which inode.
+            // Never read: opened without waiting (a pipe put there opens at once). A ticket's
+            // name is given to one file only, once (names only grow, a folder is never filled
+            // again): if the name is still there once the lock is held, the file locked is that
+            // ticket, not yet spent; gone, it was spent meanwhile.
             let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
             let Ok(fd) = rustix::fs::openat(&folder, raw.as_slice(), flags, Mode::empty()) else {
                 continue;
             };
-            let Ok(st) = rustix::fs::fstat(&fd) else {
-                continue;
-            };
-            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
-            {
-                continue;
-            }
             let file = File::from(fd);
             match file.try_lock() {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => continue,
                 Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
             }
-            // Spent (renamed or unlinked) between the open and the lock: not this ticket now.
-            let still = rustix::fs::statat(&folder, raw.as_slice(), AtFlags::SYMLINK_NOFOLLOW);
-            if !still.is_ok_and(|s| s.st_ino == st.st_ino && s.st_dev == st.st_dev) {
+            if rustix::fs::statat(&folder, raw.as_slice(), AtFlags::SYMLINK_NOFOLLOW).is_err() {
                 continue;
             }
             let ticket = Ticket {
@@ -335,6 +333,7 @@ impl Store {
                 k,
                 count,
                 file,
+                explicit_unlock: self.lock_waiting == super::lock::Waiting::Polling,
             };
             // Still the file under its name (the caller holds it open: its inode cannot be
             // another's): a folder made after its pair went serves nothing, and goes.

@@ -1,17 +1,19 @@
 //! Counted downloads and deletion by the sender (specification §2.6).
 //!
 //! A file whose sender asked for `telechargements_max = n` has tickets in
-//! `.tmp/telechargements/<uploaded_at>.<nanoseconds>.<inode>/`, made by its first download, not by its
-//! publication (an upload that asks for a count costs what any other does): empty files named by
-//! the number of the download they stand for, at most [`LIVE_TICKETS`] of them at once, so at
-//! most that many transfers of one file run at once. A download takes one by locking it
-//! (`flock`, never waiting) before its first byte, and spends it just before the last piece of
-//! the file is handed to the web server: ticket `k` is renamed `k + LIVE_TICKETS` while that is
-//! below `n`, unlinked otherwise — one `renameat`, which no crash can do by halves: ticket `k`
-//! is either still there or spent and its successor made. A transfer cut before, or a process
-//! killed, lets go of the lock: the ticket serves again. A ticket's number only grows, so a
-//! count never goes up, and a download is served only with a ticket held: never more downloads
-//! than tickets. The downloads left are `Σ ⌈(n − k) / LIVE_TICKETS⌉` over the tickets there.
+//! `.tmp/telechargements/<uploaded_at>.<nanoseconds>.<inode>/`, made by its first download,
+//! not by its publication (an upload that asks for a count costs what any other does): at most
+//! [`LIVE_TICKETS`] files named `0`…`7`, so at most that many transfers of one file run at
+//! once. Ticket `s` stands for the downloads `s`, `s + 8`, `s + 16`… below `n`, and its size is
+//! how many of them were spent. A download takes one by locking it (`flock`, never waiting)
+//! before its first byte, and spends it just before the last piece of the file is handed to
+//! the web server: one `ftruncate` to one byte more, which no crash can do by halves; the
+//! ticket whose downloads are all spent is unlinked. A transfer cut before, or a process
+//! killed, lets go of the lock: the download serves again. A size only grows and a ticket
+//! unlinked never comes back, so a count never goes up, and a download is served only with a
+//! ticket held: never more downloads than tickets stand for. The downloads left are
+//! `Σ (⌈(n − s) / LIVE_TICKETS⌉ − size)` over the tickets there. A download opens its ticket
+//! by name (`<version>/0`, then `1`…): no listing of the folder.
 //!
 //! The first download builds the folder under a private name and renames it into place
 //! (`RENAME_NOREPLACE`): another download sees no folder or a whole one, never one half made.
@@ -42,17 +44,17 @@ pub(super) const TICKETS: &str = "telechargements";
 /// Tickets that exist as files at once: the most transfers of one file at once.
 pub(crate) const LIVE_TICKETS: u64 = 8;
 
-/// The number of a ticket's name: canonical decimal, below the version's count.
+/// The number of a ticket's name: canonical decimal, below [`LIVE_TICKETS`] and the count.
 fn ticket_of(raw: &[u8], count: u64) -> Option<u64> {
     let s = std::str::from_utf8(raw).ok()?;
     s.parse()
         .ok()
-        .filter(|&k: &u64| k < count && k.to_string() == s)
+        .filter(|&k: &u64| k < count.min(LIVE_TICKETS) && k.to_string() == s)
 }
 
-/// The downloads ticket `k` of a version of `count` stands for: itself and its successors.
-fn downloads_of(k: u64, count: u64) -> u64 {
-    (count - k).div_ceil(LIVE_TICKETS)
+/// The downloads ticket `s` of a version of `count` stands for: `s`, `s + 8`… below `count`.
+fn downloads_of(s: u64, count: u64) -> u64 {
+    (count - s).div_ceil(LIVE_TICKETS)
 }
 
 /// One version of a stored file: what its sidecar and its file's inode say. Tickets, deletion
@@ -117,11 +119,12 @@ pub(crate) enum Take {
 /// One download of a counted file, held (its ticket locked) for the length of a transfer.
 /// Dropped unspent, it serves again.
 pub(crate) struct Ticket {
-    folder: OwnedFd,
-    /// Its number.
-    k: u64,
-    /// The version's count.
-    count: u64,
+    /// The folder of tickets, and this ticket's path in it (`<version>/<s>`).
+    tickets: std::sync::Arc<OwnedFd>,
+    path: String,
+    /// Downloads of this ticket spent before this one, and how many it stands for.
+    spent: u64,
+    stands_for: u64,
     /// The ticket, open and locked.
     file: File,
     /// Let go by `unlock` rather than by the close (FUSE, network filesystems).
@@ -129,29 +132,22 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// Spends this download: the ticket becomes its successor (renamed, still locked), or, when
-    /// it has none, is unlinked. Says whether it was the last one of its version.
+    /// Spends this download: the ticket's size one byte more, or, when that was its last
+    /// download, the ticket unlinked. Says whether it was the last one of its version.
     pub(crate) fn spend(self) -> bool {
-        let name = self.k.to_string();
-        let next = self.k + LIVE_TICKETS;
-        if next < self.count {
-            let renamed = rustix::fs::renameat_with(
-                &self.folder,
-                name.as_str(),
-                &self.folder,
-                next.to_string().as_str(),
-                rustix::fs::RenameFlags::NOREPLACE,
-            );
-            match renamed {
-                // Spent; or its folder went with its pair (a deletion) meanwhile.
-                Ok(()) | Err(rustix::io::Errno::NOENT) => return false,
-                // Never expected (only this ticket's holder makes its successor): the ticket is
-                // spent all the same, its successor lost — one download less, never one more.
-                Err(_) => {}
-            }
+        let spent = self.spent + 1;
+        if spent < self.stands_for && self.file.set_len(spent).is_ok() {
+            return false;
         }
-        let _ = rustix::fs::unlinkat(&self.folder, name.as_str(), AtFlags::empty());
-        count_entries(&self.folder).is_ok_and(|n| n == 0)
+        // Its last download (or its size could not grow: the rest of it is lost — fewer
+        // downloads, never more).
+        let _ = rustix::fs::unlinkat(&*self.tickets, self.path.as_str(), AtFlags::empty());
+        let folder = self.path.split('/').next().unwrap_or_default();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        rustix::fs::openat(&*self.tickets, folder, flags, Mode::empty())
+            .map_err(io::Error::from)
+            .and_then(|dir| entries(&dir))
+            .is_ok_and(|names| names.is_empty())
     }
 }
 
@@ -191,12 +187,6 @@ fn entries(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-/// How many names a folder read before has now.
-fn count_entries(dir: &OwnedFd) -> io::Result<usize> {
-    rustix::fs::seek(dir, rustix::fs::SeekFrom::Start(0))?;
-    entries(dir).map(|e| e.len())
-}
-
 /// Empties and removes the folder `raw` of `tickets`.
 fn remove_folder(tickets: &OwnedFd, raw: &[u8]) {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -219,8 +209,14 @@ impl Store {
         }
         let shown = self.root.join(TMP).join(TICKETS);
         let opened = folders::open_private_at(&self.tmp_fd, TICKETS, &shown)?;
-        let _ = self.tickets.set(opened.fd);
-        Ok(self.tickets.get())
+        let _ = self.tickets.set(std::sync::Arc::new(opened.fd));
+        Ok(self.tickets.get().map(|fd| &**fd))
+    }
+
+    /// The folder of tickets, shared with a ticket that outlives the request's borrow (once
+    /// [`Store::tickets`] has opened it).
+    fn tickets_arc(&self) -> &std::sync::Arc<OwnedFd> {
+        self.tickets.get().expect("opened by tickets()")
     }
 
     /// The folder of one version's tickets, opened; `None` when there is none.
@@ -296,42 +292,69 @@ impl Store {
         let Some(count) = sidecar.max_downloads else {
             return Ok(Take::Uncounted);
         };
-        let folder = match self.version_folder(version)? {
-            Some(folder) => folder,
-            None => match self.start_tickets(version, count)? {
-                Some(folder) => folder,
-                None => return Ok(Take::Spent),
-            },
-        };
-        let names = entries(&folder)?;
-        if names.is_empty() {
+        let Some(tickets) = self.tickets(true)? else {
             return Ok(Take::Spent);
-        }
-        for raw in names {
-            let Some(k) = ticket_of(&raw, count) else {
-                continue;
+        };
+        let folder = version.folder();
+        let mut started = false;
+        let mut held = false;
+        let mut s = 0;
+        while s < count.min(LIVE_TICKETS) {
+            let path = format!("{folder}/{s}");
+            // Read and grown, never read for its bytes: opened without waiting (a pipe put
+            // there opens at once).
+            let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd = match rustix::fs::openat(tickets, path.as_str(), flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(rustix::io::Errno::NOENT) if s == 0 && !started => {
+                    // No ticket 0: all its downloads spent, or no folder yet.
+                    started = true;
+                    if rustix::fs::statat(tickets, folder.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                        .is_err()
+                    {
+                        if self.start_tickets(version, count)?.is_none() {
+                            return Ok(Take::Spent);
+                        }
+                        continue;
+                    }
+                    s += 1;
+                    continue;
+                }
+                Err(_) => {
+                    s += 1;
+                    continue;
+                }
             };
-            // Never read: opened without waiting (a pipe put there opens at once). A ticket's
-            // name is given to one file only, once (names only grow, a folder is never filled
-            // again): if the name is still there once the lock is held, the file locked is that
-            // ticket, not yet spent; gone, it was spent meanwhile.
-            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-            let Ok(fd) = rustix::fs::openat(&folder, raw.as_slice(), flags, Mode::empty()) else {
-                continue;
-            };
+            s += 1;
             let file = File::from(fd);
             match file.try_lock() {
                 Ok(()) => {}
-                Err(std::fs::TryLockError::WouldBlock) => continue,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    held = true;
+                    continue;
+                }
                 Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
             }
-            if rustix::fs::statat(&folder, raw.as_slice(), AtFlags::SYMLINK_NOFOLLOW).is_err() {
+            // Lock held: its size is what was spent (a spender lets go after growing it);
+            // unlinked meanwhile, it stands for nothing any more.
+            let st = rustix::fs::fstat(&file)?;
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+                || st.st_nlink == 0
+            {
+                continue;
+            }
+            let stands_for = downloads_of(s - 1, count);
+            let spent = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+            if spent >= stands_for {
+                // A spender killed between its last growth and its unlink.
+                let _ = rustix::fs::unlinkat(tickets, path.as_str(), AtFlags::empty());
                 continue;
             }
             let ticket = Ticket {
-                folder,
-                k,
-                count,
+                tickets: std::sync::Arc::clone(self.tickets_arc()),
+                path,
+                spent,
+                stands_for,
                 file,
                 explicit_unlock: self.lock_waiting == super::lock::Waiting::Polling,
             };
@@ -339,34 +362,36 @@ impl Store {
             // another's): a folder made after its pair went serves nothing, and goes.
             let current =
                 rustix::fs::statat(&self.root_fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW);
-            if !current.is_ok_and(|s| s.st_ino == version.inode) {
+            if !current.is_ok_and(|st| st.st_ino == version.inode) {
                 drop(ticket);
                 self.drop_tickets(version);
                 return Ok(Take::Spent);
             }
             return Ok(Take::Taken(ticket));
         }
-        Ok(if count_entries(&folder)? == 0 {
-            Take::Spent
-        } else {
-            Take::AllTaken
-        })
+        Ok(if held { Take::AllTaken } else { Take::Spent })
     }
 
     /// The downloads left to a counted file (`None`: not counted), tickets held included; all
     /// of them while it was never downloaded.
     pub(crate) fn downloads_left(&self, sidecar: &Sidecar, version: Version) -> Option<u64> {
         let count = sidecar.max_downloads?;
-        let names = match self.version_folder(version) {
-            Ok(Some(folder)) => entries(&folder).unwrap_or_default(),
+        let folder = match self.version_folder(version) {
+            Ok(Some(folder)) => folder,
             Ok(None) => return Some(count),
-            Err(_) => Vec::new(),
+            Err(_) => return Some(0),
         };
+        let names = entries(&folder).unwrap_or_default();
         Some(
             names
                 .iter()
-                .filter_map(|raw| ticket_of(raw, count))
-                .map(|k| downloads_of(k, count))
+                .filter_map(|raw| {
+                    let s = ticket_of(raw, count)?;
+                    let st = rustix::fs::statat(&folder, raw.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                        .ok()?;
+                    let spent = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+                    Some(downloads_of(s, count).saturating_sub(spent))
+                })
                 .sum(),
         )
     }

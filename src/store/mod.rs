@@ -265,7 +265,7 @@ pub struct Store {
     resumables: std::sync::OnceLock<OwnedFd>,
     /// `.tmp/telechargements`, the tickets of counted downloads (`downloads.rs`), once one was
     /// made.
-    tickets: std::sync::OnceLock<OwnedFd>,
+    tickets: std::sync::OnceLock<std::sync::Arc<OwnedFd>>,
     /// Which `modele-<k>` of the index new entries are linked to (`index.rs`).
     index_model: AtomicUsize,
     /// This handle sweeps on the housekeeping thread, which no request waits for

@@ -1653,7 +1653,7 @@ fn the_walk_removes_the_tickets_of_versions_gone() {
 }
 
 #[test]
-fn a_large_count_makes_few_tickets_and_spends_them_forward() {
+fn a_large_count_makes_few_tickets_and_grows_them_as_they_are_spent() {
     let d = tempfile::tempdir().unwrap();
     let (_, store) = test_store(d.path(), "");
     let life = Life {
@@ -1677,18 +1677,15 @@ fn a_large_count_makes_few_tickets_and_spends_them_forward() {
         Take::AllTaken
     ));
     assert_eq!(store.downloads_left(&p.sidecar, v), Some(20));
-    // A spent ticket becomes its successor (every one of the first 8 has one below 20).
+    // A spent download grows its ticket by one byte (every one of the 8 stands for more than one
+    // download of 20).
     assert!(!held.remove(0).spend());
-    let on_disk: Vec<u64> = names_in(&tickets)
+    let sizes: Vec<u64> = names_in(&tickets)
         .iter()
-        .map(|n| n.parse().unwrap())
+        .map(|n| std::fs::metadata(tickets.join(n)).unwrap().len())
         .collect();
-    assert_eq!(on_disk.len(), 8, "{on_disk:?}");
-    assert_eq!(
-        on_disk.iter().filter(|&&k| k >= 8).count(),
-        1,
-        "{on_disk:?}"
-    );
+    assert_eq!(sizes.len(), 8, "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<u64>(), 1, "{sizes:?}");
     assert_eq!(store.downloads_left(&p.sidecar, v), Some(19));
     held.push(taken(store.take_download(&name, &p.sidecar, v).unwrap()));
     let mut spent = 1;

@@ -47,8 +47,8 @@ fn tickets(files: &Path) -> Vec<String> {
 }
 
 /// The downloads left on disk to the one counted file of a store of count `count`: `None` while
-/// it has no folder of tickets (never downloaded, or gone); each ticket `k` stands for itself
-/// and its successors `k + 8`, `k + 16`… below the count.
+/// it has no folder of tickets (never downloaded, or gone); each ticket `k` stands for the
+/// downloads `k`, `k + 8`, `k + 16`… below the count, less its size (those spent).
 fn left(files: &Path, count: u64) -> Option<u64> {
     let d = files.join(".tmp/telechargements");
     if !d.exists() {
@@ -61,15 +61,21 @@ fn left(files: &Path, count: u64) -> Option<u64> {
     if folders.is_empty() {
         return None;
     }
-    Some(
-        folders
-            .iter()
-            .flat_map(|v| common::entries(&d.join(v)))
-            .filter_map(|t| t.parse::<u64>().ok())
-            .filter(|&k| k < count)
-            .map(|k| (count - k).div_ceil(8))
-            .sum(),
-    )
+    let mut left = 0;
+    for v in &folders {
+        for t in common::entries(&d.join(v)) {
+            let Ok(k) = t.parse::<u64>() else { continue };
+            // Ticket k stands for downloads k, k + 8… below the count; its size says how
+            // many of them were spent.
+            let Ok(meta) = fs::metadata(d.join(v).join(&t)) else {
+                continue;
+            };
+            if k < count.min(8) {
+                left += (count - k).div_ceil(8).saturating_sub(meta.len());
+            }
+        }
+    }
+    Some(left)
 }
 
 fn gone(s: &State, name: &str) {

@@ -299,31 +299,29 @@ impl Store {
         let mut started = false;
         let mut held = false;
         let mut s = 0;
-        while s < count.min(LIVE_TICKETS) {
+        loop {
+            if s == count.min(LIVE_TICKETS) {
+                if held {
+                    return Ok(Take::AllTaken);
+                }
+                // Not one ticket: all spent, or no folder yet (the first download).
+                if started
+                    || rustix::fs::statat(tickets, folder.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                        .is_ok()
+                    || self.start_tickets(version, count)?.is_none()
+                {
+                    return Ok(Take::Spent);
+                }
+                started = true;
+                s = 0;
+            }
             let path = format!("{folder}/{s}");
             // Read and grown, never read for its bytes: opened without waiting (a pipe put
-            // there opens at once).
+            // there opens at once). Missing: its downloads are all spent (or no folder yet).
             let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-            let fd = match rustix::fs::openat(tickets, path.as_str(), flags, Mode::empty()) {
-                Ok(fd) => fd,
-                Err(rustix::io::Errno::NOENT) if s == 0 && !started => {
-                    // No ticket 0: all its downloads spent, or no folder yet.
-                    started = true;
-                    if rustix::fs::statat(tickets, folder.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                        .is_err()
-                    {
-                        if self.start_tickets(version, count)?.is_none() {
-                            return Ok(Take::Spent);
-                        }
-                        continue;
-                    }
-                    s += 1;
-                    continue;
-                }
-                Err(_) => {
-                    s += 1;
-                    continue;
-                }
+            let Ok(fd) = rustix::fs::openat(tickets, path.as_str(), flags, Mode::empty()) else {
+                s += 1;
+                continue;
             };
             s += 1;
             let file = File::from(fd);
@@ -369,7 +367,6 @@ impl Store {
             }
             return Ok(Take::Taken(ticket));
         }
-        Ok(if held { Take::AllTaken } else { Take::Spent })
     }
 
     /// The downloads left to a counted file (`None`: not counted), tickets held included; all

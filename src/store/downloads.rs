@@ -200,7 +200,8 @@ fn remove_folder(tickets: &OwnedFd, raw: &[u8]) {
 
 impl Store {
     /// `.tmp/telechargements`, created (0700) with `create`; `None` when it does not exist.
-    fn tickets(&self, create: bool) -> io::Result<Option<&OwnedFd>> {
+    /// Shared: a ticket keeps it for the length of its transfer.
+    fn tickets(&self, create: bool) -> io::Result<Option<&std::sync::Arc<OwnedFd>>> {
         if let Some(fd) = self.tickets.get() {
             return Ok(Some(fd));
         }
@@ -210,13 +211,7 @@ impl Store {
         let shown = self.root.join(TMP).join(TICKETS);
         let opened = folders::open_private_at(&self.tmp_fd, TICKETS, &shown)?;
         let _ = self.tickets.set(std::sync::Arc::new(opened.fd));
-        Ok(self.tickets.get().map(|fd| &**fd))
-    }
-
-    /// The folder of tickets, shared with a ticket that outlives the request's borrow (once
-    /// [`Store::tickets`] has opened it).
-    fn tickets_arc(&self) -> &std::sync::Arc<OwnedFd> {
-        self.tickets.get().expect("opened by tickets()")
+        Ok(self.tickets.get())
     }
 
     /// The folder of one version's tickets, opened; `None` when there is none.
@@ -234,11 +229,11 @@ impl Store {
 
     /// The first download of a version: its folder with its first tickets, built under a
     /// private name and renamed into place whole (a concurrent first download's folder, if it
-    /// won, is the one opened). `None`: the version is past the store's longest life, when
-    /// the walk may already have removed the folder it had.
-    fn start_tickets(&self, version: Version, count: u64) -> io::Result<Option<OwnedFd>> {
+    /// won, is the one used). `false`: the version is past the store's longest life, when the
+    /// walk may already have removed the folder it had.
+    fn start_tickets(&self, version: Version, count: u64) -> io::Result<bool> {
         if super::now_secs() - version.uploaded_at > self.lifetimes.max_age {
-            return Ok(None);
+            return Ok(false);
         }
         let tickets = self.tickets(true)?.expect("created");
         // Unique among this process's threads; one left by a killed builder goes with the walk.
@@ -265,20 +260,19 @@ impl Store {
                 tickets,
                 version.folder().as_str(),
                 rustix::fs::RenameFlags::NOREPLACE,
-            )
-            .or_else(|e| {
-                if e == rustix::io::Errno::EXIST {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })?;
+            )?;
             Ok::<_, io::Error>(())
         })();
+        let Err(e) = built else {
+            return Ok(true);
+        };
         // Lost the race (or failed): the private folder goes, the winner's is used.
         remove_folder(tickets, building.as_bytes());
-        built?;
-        self.version_folder(version)
+        if e.raw_os_error() == Some(rustix::io::Errno::EXIST.raw_os_error()) {
+            Ok(true)
+        } else {
+            Err(e)
+        }
     }
 
     /// A download of the version `version` of the file `name` with `sidecar`: takes one of its
@@ -308,7 +302,7 @@ impl Store {
                 if started
                     || rustix::fs::statat(tickets, folder.as_str(), AtFlags::SYMLINK_NOFOLLOW)
                         .is_ok()
-                    || self.start_tickets(version, count)?.is_none()
+                    || !self.start_tickets(version, count)?
                 {
                     return Ok(Take::Spent);
                 }
@@ -349,7 +343,7 @@ impl Store {
                 continue;
             }
             let ticket = Ticket {
-                tickets: std::sync::Arc::clone(self.tickets_arc()),
+                tickets: std::sync::Arc::clone(tickets),
                 path,
                 spent,
                 stands_for,
@@ -454,6 +448,6 @@ impl Store {
 
     /// The folder of tickets for the walk (`None` when there is none).
     pub(super) fn tickets_for_walk(&self) -> io::Result<Option<&OwnedFd>> {
-        self.tickets(false)
+        Ok(self.tickets(false)?.map(|fd| &**fd))
     }
 }

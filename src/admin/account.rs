@@ -29,13 +29,30 @@ pub(crate) const READING: Doing = Doing {
     command: "etat",
 };
 
+/// The configuration a subcommand works with: `cfg` itself unless run by root, else what
+/// [`as_owner`] reads as the account that owns the store's folders.
+pub(crate) fn config_for<'a>(
+    path: &Path,
+    cfg: &'a Config,
+    doing: &Doing,
+    say: &mut dyn FnMut(String),
+) -> Result<std::borrow::Cow<'a, Config>, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(std::borrow::Cow::Borrowed(cfg));
+    }
+    Ok(match as_owner(path, cfg, doing, say)? {
+        Some(owned) => std::borrow::Cow::Owned(owned),
+        None => std::borrow::Cow::Borrowed(cfg),
+    })
+}
+
 /// A subcommand run by root (`check-config`, `etat`): the program runs as the account that owns
 /// its folders (the web server's), and what the subcommand says is meant for that account. So
 /// root switches to it for good (the command ends with the subcommand) and reads the
 /// configuration again as that account, exactly as `runuser -u <account> -- depot-fichiers …
 /// <subcommand>` would; `say` gets the lines that tell so. `Ok(None)`: no folder exists yet,
 /// or they are root's: done as root. `Err`: why it cannot be done as that account.
-pub(crate) fn as_owner(
+fn as_owner(
     path: &Path,
     cfg: &Config,
     doing: &Doing,

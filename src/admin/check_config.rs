@@ -27,21 +27,12 @@ pub const PRIVATE_CONFIG: &str = "conseillé : chown root:www-data et chmod 640 
 pub fn run(path: &Path, cfg: &Config) -> ExitCode {
     // Before any change of account: JuiceFS's `.config` is readable by root only.
     let shared_fs = crate::network_fs::warnings(&cfg.paths.files);
-    let owned;
-    let cfg = if rustix::process::geteuid().is_root() {
-        match account::as_owner(path, cfg, &account::CHECKING, &mut |line| outln!("{line}")) {
-            Ok(Some(c)) => {
-                owned = c;
-                &owned
-            }
-            Ok(None) => cfg,
-            Err(why) => {
-                eprintln!("depot-fichiers : {why}");
-                return ExitCode::from(1);
-            }
+    let cfg = match account::config_for(path, cfg, &account::CHECKING, &mut |l| outln!("{l}")) {
+        Ok(cfg) => cfg,
+        Err(why) => {
+            eprintln!("depot-fichiers : {why}");
+            return ExitCode::from(1);
         }
-    } else {
-        cfg
     };
     outln!("# configuration valide : {}", path.display());
     outln!("{}", cfg.describe().trim_end());

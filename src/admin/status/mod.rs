@@ -255,28 +255,19 @@ pub(crate) fn gather(cfg: &Config, count: bool) -> Report {
 }
 
 /// `etat`: the store's state, in French or in JSON, and its verdict as the exit code. Run by
-/// root, it reads as the store's owner, as `check-config` checks ([`super::account::as_owner`]).
+/// root, it reads as the store's owner, as `check-config` checks ([`super::account::config_for`]).
 pub fn run(path: &Path, cfg: &Config, json: bool, count: bool) -> ExitCode {
     let mut notes = Vec::new();
-    let owned;
-    let cfg = if rustix::process::geteuid().is_root() {
-        match super::account::as_owner(path, cfg, &super::account::READING, &mut |line| {
-            notes.push(line)
-        }) {
-            Ok(Some(c)) => {
-                owned = c;
-                &owned
-            }
-            Ok(None) => cfg,
-            Err(why) => {
-                eprintln!("depot-fichiers : {why}");
-                return ExitCode::from(UNKNOWN);
-            }
+    let cfg = match super::account::config_for(path, cfg, &super::account::READING, &mut |l| {
+        notes.push(l)
+    }) {
+        Ok(cfg) => cfg,
+        Err(why) => {
+            eprintln!("depot-fichiers : {why}");
+            return ExitCode::from(UNKNOWN);
         }
-    } else {
-        cfg
     };
-    let report = gather(cfg, count);
+    let report = gather(&cfg, count);
     if json {
         outln!("{}", report.json());
     } else {
